@@ -1,0 +1,283 @@
+"""Builds WorkerPool's Dramatiq broker and its middleware stack from the settings.
+
+The broker must exist before the actors are declared (they bind to it at import), so
+``actors/__init__.py`` calls :func:`install` first; kickoff calls it earlier with the URL of the
+Redis it started.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+import threading
+import uuid
+
+import dramatiq
+import redis
+import tenacity
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.errors import BrokerConnectionError
+from dramatiq.middleware import Callbacks, CurrentMessage, GroupCallbacks, Pipelines, TimeLimit
+from dramatiq.rate_limits.backends import RedisBackend
+
+from .consumer import GuardedConsumer, _Held
+from .errors import RedisUnavailable
+from .ledger import RunLedger, now_ms
+from .middleware import DurableRetries, GracefulShutdown, MalformedMessages, PoisonGuard, Watchdog
+from .scripts import script
+from .settings import Settings
+
+logger = logging.getLogger("pipeline.broker")
+
+NAMESPACE = "dramatiq"
+#: The queues of the three actors, in the order of the data flow.
+QUEUES = ("discover", "fetch", "summary")
+QUARANTINE = "wp:quarantine"
+QUARANTINE_MSGS = "wp:quarantine:msgs"
+_CONNECTION_ERRORS = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.BusyLoadingError,
+    BrokerConnectionError,
+)
+#: How long an enqueue keeps trying through a Redis outage before it gives up.
+_ENQUEUE_PATIENCE_S = 30
+_RUN_ID = re.compile(rb"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{4,12}")
+
+# KEYS: acks, msgs, quarantine zset, quarantine hash.  ARGV: data, record id, record JSON, now.
+_QUARANTINE = """
+local found = false
+for _, id in ipairs(redis.call('smembers', KEYS[1])) do
+  if redis.call('hget', KEYS[2], id) == ARGV[1] then
+    redis.call('srem', KEYS[1], id)
+    redis.call('hdel', KEYS[2], id)
+    found = id
+    break
+  end
+end
+redis.call('hset', KEYS[4], ARGV[2], ARGV[3])
+redis.call('zadd', KEYS[3], ARGV[4], ARGV[2])
+return found
+"""
+
+# KEYS: acks, queue, msgs.  ARGV: ids still held by this process.
+_REQUEUE_STRANDED = """
+local keep = {}
+for i = 1, #ARGV do keep[ARGV[i]] = true end
+local n = 0
+for _, id in ipairs(redis.call('smembers', KEYS[1])) do
+  if not keep[id] then
+    redis.call('srem', KEYS[1], id)
+    if redis.call('hexists', KEYS[3], id) == 1 then
+      redis.call('rpush', KEYS[2], id)
+      n = n + 1
+    end
+  end
+end
+return n
+"""
+
+# KEYS: heartbeats.  ARGV: namespace, cutoff (ms), queue names...
+# Dramatiq does this too, but only on a 0.1 % lottery per command: minutes to hours when idle.
+_RECLAIM = """
+local dead = redis.call('zrangebyscore', KEYS[1], '-inf', ARGV[2])
+local moved = 0
+for _, worker in ipairs(dead) do
+  for i = 3, #ARGV do
+    local queue = ARGV[1] .. ':' .. ARGV[i]
+    local acks = ARGV[1] .. ':__acks__.' .. worker .. '.' .. ARGV[i]
+    for _, id in ipairs(redis.call('smembers', acks)) do
+      if redis.call('hexists', queue .. '.msgs', id) == 1 then
+        redis.call('rpush', queue, id)
+        moved = moved + 1
+      end
+    end
+    redis.call('del', acks)
+  end
+  redis.call('zrem', KEYS[1], worker)
+end
+return {#dead, moved}
+"""
+
+
+class WorkerPoolBroker(RedisBroker):
+    """A RedisBroker with a guarded consumer, quarantine and prompt reclaim of dead workers."""
+
+    def __init__(self, settings: Settings, **kwargs: object) -> None:
+        super().__init__(
+            url=settings.redis_url,
+            namespace=NAMESPACE,
+            heartbeat_timeout=settings.heartbeat_timeout_ms,
+            **kwargs,
+        )
+        self.settings = settings
+        self.max_message_bytes = settings.max_message_bytes
+        self.held = _Held()
+        self._ledger_client: redis.Redis | None = None
+        self._ledger_client_lock = threading.Lock()
+
+    @property
+    def consumer_class(self) -> type[GuardedConsumer]:
+        return GuardedConsumer
+
+    @tenacity.retry(
+        retry=tenacity.retry_if_exception_type(_CONNECTION_ERRORS),
+        wait=tenacity.wait_exponential(multiplier=0.2, max=5),
+        stop=tenacity.stop_after_delay(_ENQUEUE_PATIENCE_S),
+        before_sleep=lambda state: logger.warning(
+            "enqueue failed, retrying",
+            extra={"attempt": state.attempt_number, "error": repr(state.outcome.exception())},
+        ),
+        reraise=True,
+    )
+    def enqueue(self, message: dramatiq.Message, *, delay: int | None = None) -> dramatiq.Message:
+        """Enqueue, riding out a Redis restart: used by kickoff, retries, pipelines and groups alike."""
+        return super().enqueue(message, delay=delay)
+
+    def discovery_pipeline(self, run_id: str, country: str) -> dramatiq.pipeline:
+        """discover_country, then summarize: a country whose discovery fails, or that has no
+        jobs, still reaches the completion check."""
+        return dramatiq.pipeline(
+            [
+                self.get_actor("discover_country").message(run_id, country),
+                self.get_actor("summarize").message_with_options(args=(run_id, country), pipe_ignore=True),
+            ],
+            broker=self,
+        )
+
+    def run_complete(self, run_id: str) -> None:
+        """The ledger says a run is complete: have its summary written."""
+        self.get_actor("summarize").send(run_id)
+
+    @property
+    def ledger_client(self) -> redis.Redis:
+        """A text-mode client on the same Redis, for WorkerPool's own keys."""
+        if self._ledger_client is None:
+            with self._ledger_client_lock:
+                if self._ledger_client is None:
+                    self._ledger_client = redis.Redis.from_url(self.settings.redis_url, decode_responses=True)
+        return self._ledger_client
+
+    def ledger(self, run_id: str) -> RunLedger:
+        return RunLedger(self.ledger_client, run_id)
+
+    def all_queue_names(self) -> list[str]:
+        return [name for q in QUEUES for name in (q, f"{q}.DQ")]
+
+    def quarantine(self, queue_name: str, raw: bytes, reason: str) -> str:
+        """Move a message that cannot run out of the queue, keeping its raw bytes."""
+        record_id = uuid.uuid4().hex
+        match = _RUN_ID.search(raw[:4096])
+        run_id = match.group().decode() if match else None
+        try:
+            text, encoding = raw.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            text, encoding = base64.b64encode(raw).decode(), "base64"
+        record = {
+            "id": record_id,
+            "kind": "quarantined",
+            "queue": queue_name,
+            "reason": reason,
+            "at": now_ms(),
+            "run_id": run_id,
+            "raw": text,
+            "raw_encoding": encoding,
+            "bytes": len(raw),
+        }
+        keys = [
+            f"{NAMESPACE}:__acks__.{self.broker_id}.{queue_name}",
+            f"{NAMESPACE}:{queue_name}.msgs",
+            QUARANTINE,
+            QUARANTINE_MSGS,
+        ]
+        script(self.client, _QUARANTINE)(keys, [raw, record_id, json.dumps(record), now_ms()])
+        if run_id:
+            self.ledger(run_id).reject(record_id, {k: v for k, v in record.items() if k != "raw"})
+        logger.error(
+            "quarantined a malformed message",
+            extra={"queue": queue_name, "reason": reason, "quarantine_id": record_id, "run_id": run_id},
+        )
+        return record_id
+
+    def requeue_stranded(self, queue_name: str, keep: set[str]) -> int:
+        keys = [
+            f"{NAMESPACE}:__acks__.{self.broker_id}.{queue_name}",
+            f"{NAMESPACE}:{queue_name}",
+            f"{NAMESPACE}:{queue_name}.msgs",
+        ]
+        return int(script(self.client, _REQUEUE_STRANDED)(keys, list(keep)))
+
+    def reclaim_dead_workers(self) -> tuple[int, int]:
+        """Put back the unfinished messages of workers silent for ``heartbeat_timeout``.
+
+        Returns (dead workers, messages put back).
+        """
+        cutoff = now_ms() - self.heartbeat_timeout
+        dead, moved = script(self.client, _RECLAIM)(
+            [f"{NAMESPACE}:__heartbeats__"], [NAMESPACE, cutoff, *self.all_queue_names()]
+        )
+        return int(dead), int(moved)
+
+    def check_connection(self) -> dict[str, str]:
+        """Ping Redis; return its INFO. Raises RedisUnavailable with the URL."""
+        try:
+            return self.ledger_client.info()
+        except redis.RedisError as e:
+            raise RedisUnavailable(f"cannot reach Redis at {redact(self.settings.redis_url)}: {e}") from None
+
+
+def redact(url: str) -> str:
+    """A Redis URL without its password, for messages and logs."""
+    return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def build_broker(settings: Settings) -> WorkerPoolBroker:
+    """The broker with WorkerPool's middleware, in the order their hooks must run."""
+    broker = WorkerPoolBroker(settings, middleware=[])
+    backend = RedisBackend(url=settings.redis_url)
+    for middleware in (
+        MalformedMessages(settings),
+        PoisonGuard(redelivery_limit=settings.redelivery_limit),
+        # A safety net only: downloads end by their own deadline, and an interrupt can kill a
+        # worker thread (Dramatiq issue 445).
+        TimeLimit(time_limit=max(300_000, int(settings.total_timeout * 1000 * 5))),
+        Callbacks(),
+        Pipelines(),
+        # A day is far more than a run's worst case: retries back off for at most a minute.
+        GroupCallbacks(backend, barrier_ttl=7 * 86_400_000),
+        DurableRetries(
+            max_retries=settings.max_attempts - 1,
+            min_backoff=settings.retry_min_backoff_ms,
+            max_backoff=settings.retry_max_backoff_ms,
+        ),
+        CurrentMessage(),
+        Watchdog(settings),
+        GracefulShutdown(),
+    ):
+        broker.add_middleware(middleware)
+    return broker
+
+
+_installed: WorkerPoolBroker | None = None
+
+
+def install(settings: Settings) -> WorkerPoolBroker:
+    """Build the broker once per process and make it Dramatiq's global broker."""
+    global _installed
+    if _installed is None:
+        if not settings.redis_url:
+            raise RedisUnavailable(
+                "REDIS_URL is not set",
+                hint="workers need the Redis of the run: set REDIS_URL, or use kickoff --local",
+            )
+        _installed = build_broker(settings)
+        dramatiq.set_broker(_installed)
+    return _installed
+
+
+def installed() -> WorkerPoolBroker:
+    if _installed is None:
+        raise RuntimeError("pipeline.broker.install() has not been called")
+    return _installed

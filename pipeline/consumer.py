@@ -1,0 +1,105 @@
+"""The Redis consumer that guards a worker against bad payloads and Redis restarts.
+
+Dramatiq's Redis consumer has two holes this closes (see shared/docs/dramatiq-notes.md):
+
+* An undecodable payload raises out of ``__next__``: the consumer restarts, the poison id stays
+  in the worker's acks set forever and the good messages fetched in the same batch are stranded.
+  Here the payload (and any oversized one) is moved to quarantine with its raw bytes and a
+  reason, and the rest of the batch is served.
+* After a connection error (a Redis restart) the worker drops its in-memory delay queue and
+  fetch cache, while their ids stay in its acks set, which it keeps heartbeating: those messages
+  never come back (Dramatiq issue 527). Each new consumer of a queue therefore puts back every id
+  of its own acks set that is not held by a running job.
+
+This subclasses Dramatiq's private ``_RedisConsumer``; re-check it when upgrading Dramatiq.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from dramatiq.brokers.redis import _RedisConsumer
+from dramatiq.errors import ConnectionClosed, DecodeError
+
+if TYPE_CHECKING:
+    from dramatiq import MessageProxy
+
+    from .broker import WorkerPoolBroker
+
+logger = logging.getLogger("pipeline.consumer")
+
+
+class _Held:
+    """Ids of messages handed to this process's worker threads or delay queue, per queue."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ids: dict[str, set[str]] = {}
+        self.lost_connection: set[str] = set()
+        self.started: set[str] = set()
+
+
+class GuardedConsumer(_RedisConsumer):
+    def __init__(self, broker: WorkerPoolBroker, queue_name: str, prefetch: int, timeout: int) -> None:
+        super().__init__(broker, queue_name, prefetch, timeout)
+        self.held: _Held = broker.held
+        with self.held.lock:
+            restarted = queue_name in self.held.started
+            self.held.started.add(queue_name)
+            held = self.held.ids.setdefault(queue_name, set())
+            if queue_name in self.held.lost_connection and queue_name.endswith(".DQ"):
+                # The worker replaced its delay queue: nothing held there survived.
+                held.clear()
+            self.held.lost_connection.discard(queue_name)
+            keep = set(held)
+        if restarted:
+            returned = broker.requeue_stranded(queue_name, keep)
+            if returned:
+                logger.warning(
+                    "put back %d message(s) stranded by a consumer restart",
+                    returned,
+                    extra={"queue": queue_name, "count": returned},
+                )
+
+    def __next__(self) -> MessageProxy | None:
+        cache = self.message_cache
+        if cache and cache[0] is not None and len(cache[0]) > self.broker.max_message_bytes:
+            data = cache.pop(0)
+            self._quarantine(data, f"message of {len(data)} bytes exceeds MAX_MESSAGE_BYTES")
+            return None
+        try:
+            proxy = super().__next__()
+        except DecodeError as e:
+            self._quarantine(e.data, f"undecodable payload: {e.error}")
+            return None
+        except ConnectionClosed:
+            with self.held.lock:
+                self.held.lost_connection.add(self.queue_name)
+            raise
+        if proxy is not None:
+            with self.held.lock:
+                self.held.ids[self.queue_name].add(proxy.options["redis_message_id"])
+        return proxy
+
+    def ack(self, message: MessageProxy) -> None:
+        self._release(message)
+        super().ack(message)
+
+    def nack(self, message: MessageProxy) -> None:
+        self._release(message)
+        super().nack(message)
+
+    def requeue(self, messages: list[MessageProxy]) -> None:
+        for message in messages:
+            self._release(message)
+        super().requeue(messages)
+
+    def _release(self, message: MessageProxy) -> None:
+        with self.held.lock:
+            self.held.ids.get(self.queue_name, set()).discard(message.options.get("redis_message_id"))
+
+    def _quarantine(self, data: bytes | str, reason: str) -> None:
+        raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else bytes(data)
+        self.broker.quarantine(self.queue_name, raw, reason)

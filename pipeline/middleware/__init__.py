@@ -1,0 +1,13 @@
+"""WorkerPool's Dramatiq middleware, one class per module.
+
+Their order in :func:`pipeline.broker.build_broker` matters: ``before_*`` hooks run in list
+order, ``after_*`` hooks in reverse.
+"""
+
+from .malformed import MalformedMessages
+from .poison import PoisonGuard
+from .retries import DurableRetries
+from .shutdown import GracefulShutdown
+from .watchdog import Watchdog
+
+__all__ = ["DurableRetries", "GracefulShutdown", "MalformedMessages", "PoisonGuard", "Watchdog"]

@@ -1,0 +1,245 @@
+"""Semrush "Top Websites" ranking pages: their URL, one GET, and the parse of the table.
+
+The markup contract is ``docs/semrush-markup.md``. Only ``data-test``, ``itemprop`` and
+``data-ui-name`` attributes are relied on: the class names are generated and change between builds.
+Pacing, retries and the cluster-wide rate limit belong to the caller; this module does one request.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import re
+import time
+from dataclasses import asdict, dataclass
+from datetime import timezone
+from typing import Any
+
+import requests
+from bs4 import BeautifulSoup, Tag
+
+from .errors import CountryNotRanked, NoRankingTable, SemrushError, SemrushUnavailable
+
+log = logging.getLogger(__name__)
+
+MAX_PUBLIC_ROWS = 20
+
+
+@dataclass(frozen=True)
+class RankedSite:
+    """One row of a country's ranking."""
+
+    position: int
+    domain: str  # lowercase hostname, no scheme
+    visits: int | None
+    pages_per_visit: float | None
+    bounce_rate: float | None  # percent: 37.58 means 37.58 %
+    change: int | None  # +N moved up, -N moved down, 0 unchanged ("–"), None unknown
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def ranking_url(base_url: str, slug: str) -> str:
+    """The ranking page of a country slug (``global`` is the World index page)."""
+    base = base_url.rstrip("/")
+    return f"{base}/website/top/" if slug == "global" else f"{base}/website/top/{slug}/all/"
+
+
+# --- parsing ---------------------------------------------------------------------------------------
+
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))+$")
+_OVERVIEW_HREF = re.compile(r"/website/([^/?#]+)/overview/?")
+_UNCHANGED = {"–", "—", "-", "0"}
+# Column of each value when the header cannot be read (the order of late 2025).
+_DEFAULT_COLUMNS = {"change": 2, "visits": 3, "pages_per_visit": 4, "bounce_rate": 5}
+_HEADER_WORDS = (
+    ("bounce", "bounce_rate"),
+    ("pages", "pages_per_visit"),
+    ("change", "change"),
+    ("visit", "visits"),
+)
+
+
+def normalize_domain(text: str) -> str | None:
+    """``text`` as a lowercase ASCII hostname, or None when it does not look like one."""
+    domain = text.strip().lower().rstrip(".")
+    if not domain.isascii():
+        try:
+            domain = domain.encode("idna").decode("ascii")
+        except UnicodeError:
+            return None
+    return domain if _HOSTNAME.match(domain) else None
+
+
+def parse_ranking(html: str | bytes, top_n: int = MAX_PUBLIC_ROWS) -> list[RankedSite]:
+    """The rows of a ranking page with positions 1..``top_n``, sorted by position.
+
+    A malformed row is skipped (and logged); fewer rows than ``top_n`` is not an error.
+
+    Raises:
+        NoRankingTable: the page has no ranking table (block page, challenge, redesign), or the
+            table has no usable row. Never an empty list: an empty country must not pass silently.
+    """
+    if top_n < 1:
+        raise ValueError(f"top_n must be at least 1, not {top_n}")
+    soup = BeautifulSoup(html, "html5lib")
+    body = soup.select_one('tbody[data-test="Body"]')
+    if body is None:
+        raise NoRankingTable(
+            f"no ranking table on the page (block page? challenge?); title: {_title(soup)!r}"
+        )
+    rows = body.select('tr[data-test="Row"], tr[itemprop="itemListElement"]')
+    if not rows:
+        raise NoRankingTable("the ranking table has no rows")
+    columns = _columns(soup)
+    sites: dict[int, RankedSite] = {}
+    for index, row in enumerate(rows, start=1):
+        site = _parse_row(row, columns)
+        if site is None:
+            log.warning("skipping malformed ranking row %d: %.200s", index, row.get_text(" ", strip=True))
+        elif site.position <= top_n:
+            sites.setdefault(site.position, site)
+    if not sites:
+        raise NoRankingTable(f"the ranking table has {len(rows)} rows but none is usable")
+    return [sites[p] for p in sorted(sites)]
+
+
+def _title(soup: BeautifulSoup) -> str:
+    title = soup.find("title")
+    return title.get_text(" ", strip=True)[:120] if title else ""
+
+
+def _columns(soup: BeautifulSoup) -> dict[str, int]:
+    """Which cell holds which value, read from the header when it names them all."""
+    head = soup.select_one('thead[data-test="Head"]')
+    if head is None:
+        return _DEFAULT_COLUMNS
+    found: dict[str, int] = {}
+    for i, th in enumerate(head.find_all("th")):
+        label = th.get_text(" ", strip=True).lower()
+        for word, key in _HEADER_WORDS:
+            if word in label:
+                found.setdefault(key, i)
+                break
+    return found if found.keys() == _DEFAULT_COLUMNS.keys() else _DEFAULT_COLUMNS
+
+
+def _parse_row(row: Tag, columns: dict[str, int]) -> RankedSite | None:
+    position = _position(row)
+    domain = _domain(row)
+    if position is None or domain is None:
+        return None
+    cells = row.find_all("td", recursive=False)
+
+    def cell(key: str) -> Tag | None:
+        i = columns[key]
+        return cells[i] if i < len(cells) else None
+
+    return RankedSite(
+        position=position,
+        domain=domain,
+        visits=_number(cell("visits"), int),
+        pages_per_visit=_number(cell("pages_per_visit"), float),
+        bounce_rate=_number(cell("bounce_rate"), float),
+        change=_change(cell("change")),
+    )
+
+
+def _position(row: Tag) -> int | None:
+    span = row.find(attrs={"itemprop": "position"})
+    if span is None:
+        return None
+    text = str(span.get("content") or span.get_text(strip=True))
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def _domain(row: Tag) -> str | None:
+    name = row.find(attrs={"itemprop": "name"})
+    domain = normalize_domain(name.get_text(strip=True)) if name is not None else None
+    if domain is not None:
+        return domain
+    link = row.find("a", attrs={"itemprop": "url"}) or row.find("a", href=_OVERVIEW_HREF)
+    match = _OVERVIEW_HREF.search(str(link.get("href", ""))) if link is not None else None
+    return normalize_domain(match.group(1)) if match else None
+
+
+def _number(cell: Tag | None, kind: type[int] | type[float]) -> Any:
+    if cell is None:
+        return None
+    text = cell.get_text("", strip=True).replace(",", "").replace("\u00a0", "").rstrip("%").strip()
+    try:
+        return kind(text)
+    except ValueError:
+        return None
+
+
+def _change(cell: Tag | None) -> int | None:
+    if cell is None:
+        return None
+    text = cell.get_text("", strip=True)
+    if cell.find(attrs={"data-ui-name": "ArrowUp"}) is not None:
+        sign = 1
+    elif cell.find(attrs={"data-ui-name": "ArrowDown"}) is not None:
+        sign = -1
+    else:
+        return 0 if text in _UNCHANGED else None
+    digits = re.sub(r"\D", "", text)
+    return sign * int(digits) if digits else None
+
+
+# --- fetching --------------------------------------------------------------------------------------
+
+_BROWSER_HEADERS = {
+    "Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+    "Accept-Language": "en-US,en;q=0.9",
+    "Accept-Encoding": "gzip, deflate",
+    "Upgrade-Insecure-Requests": "1",
+}
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date); None if unusable."""
+    if not value or not value.strip():
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC by RFC 5322
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def fetch_ranking(
+    session: requests.Session, url: str, *, timeout: tuple[float, float], user_agent: str
+) -> bytes:
+    """The body of one ranking page (one GET, redirects followed, no retry).
+
+    Raises:
+        CountryNotRanked: HTTP 404.
+        SemrushUnavailable: connection error, timeout, 403, 429 or 5xx (``retry_after`` from the
+            Retry-After header when there is one).
+        SemrushError: any other status or request problem.
+    """
+    headers = {**_BROWSER_HEADERS, "User-Agent": user_agent}
+    try:
+        response = session.get(url, headers=headers, timeout=timeout)
+        body = response.content
+    except (requests.ConnectionError, requests.Timeout) as e:
+        raise SemrushUnavailable(f"cannot fetch {url}: {type(e).__name__}: {e}") from e
+    except requests.RequestException as e:
+        raise SemrushError(f"cannot fetch {url}: {type(e).__name__}: {e}") from e
+    status = response.status_code
+    if status == 200:
+        return body
+    if status == 404:
+        raise CountryNotRanked(f"no ranking page at {url} (HTTP 404)")
+    if status in (403, 429) or 500 <= status <= 599:
+        retry_after = parse_retry_after(response.headers.get("Retry-After"))
+        waited = f", Retry-After {retry_after:g}s" if retry_after is not None else ""
+        raise SemrushUnavailable(f"HTTP {status} from {url}{waited}", retry_after=retry_after)
+    raise SemrushError(f"unexpected HTTP {status} from {url}")

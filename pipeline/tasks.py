@@ -1,0 +1,212 @@
+"""What each actor does. ``actors/__init__.py`` declares the actors; the work is here.
+
+discover_country: one ranking page -> its jobs in the ledger -> a group of fetch_page messages
+whose completion callback is summarize. fetch_page: one download -> one settled outcome.
+summarize: when the ledger says the run is complete, the report, written once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass
+from functools import cached_property
+
+import dramatiq
+import requests
+from dramatiq.middleware import CurrentMessage
+
+from .broker import WorkerPoolBroker
+from .errors import FetchError, InvalidJob, SemrushError
+from .fetch import FetchLimits, download, session_for_thread
+from .jobs import FetchJob
+from .report import iso_now, write_report
+from .semrush import fetch_ranking, parse_ranking, ranking_url
+from .settings import Settings
+from .storage import safe_join, write_bytes_atomic
+from .throttle import GateBusy, SemrushGate
+
+logger = logging.getLogger("pipeline.tasks")
+
+#: Longest a worker thread waits for its turn at Semrush before it lets the message wait instead.
+GATE_MAX_WAIT_S = 120.0
+
+
+_semrush_sessions = threading.local()
+
+
+def semrush_session() -> requests.Session:
+    """A plain pooled session per thread for Semrush: the only host we are told to use."""
+    session = getattr(_semrush_sessions, "session", None)
+    if session is None:
+        session = _semrush_sessions.session = requests.Session()
+        session.trust_env = False
+    return session
+
+
+def current_attempt() -> int:
+    """1 for the first delivery of the current message, 2 for its first retry, ..."""
+    message = CurrentMessage.get_current_message()
+    return (message.options.get("retries", 0) if message else 0) + 1
+
+
+def backoff_ms(settings: Settings, attempt: int, retry_after: float | None = None) -> int:
+    """Exponential backoff with jitter, or the server's Retry-After, capped by the settings."""
+    if retry_after is not None:
+        delay = retry_after * 1000
+    else:
+        delay = settings.retry_min_backoff_ms * 2 ** (attempt - 1) * random.uniform(1.0, 1.5)
+    return int(min(max(delay, 0), settings.retry_max_backoff_ms))
+
+
+@dataclass
+class Context:
+    """What the tasks of one worker process share."""
+
+    settings: Settings
+    broker: WorkerPoolBroker
+
+    @cached_property
+    def limits(self) -> FetchLimits:
+        return FetchLimits.from_settings(self.settings)
+
+    @cached_property
+    def gate(self) -> SemrushGate:
+        return SemrushGate(
+            self.broker.ledger_client,
+            delay_s=self.settings.semrush_delay,
+            hold_s=self.settings.connect_timeout + self.settings.read_timeout + 5,
+        )
+
+
+def discover_country(ctx: Context, run_id: str, country: str) -> None:
+    settings = ctx.settings
+    ledger = ctx.broker.ledger(run_id)
+    if ledger.discovery(country) is not None:
+        logger.info("country already discovered", extra={"run_id": run_id, "country": country})
+        return
+    attempt = current_attempt()
+    url = ranking_url(settings.semrush_base_url, country)
+    source_path = f"{run_id}/_sources/{country}.html"
+    discovery: dict = {"url": url, "path": None}
+    log = {"run_id": run_id, "country": country, "url": url, "attempt": attempt}
+    try:
+        with ctx.gate.turn(max_wait_s=GATE_MAX_WAIT_S):
+            body = fetch_ranking(
+                semrush_session(),
+                url,
+                timeout=(settings.connect_timeout, settings.read_timeout),
+                user_agent=settings.user_agent,
+            )
+        discovery.update(fetched_at=iso_now(), sha256=hashlib.sha256(body).hexdigest(), bytes=len(body))
+        # Kept as fetched, before parsing: a block page is evidence too.
+        write_bytes_atomic(safe_join(settings.output_dir, source_path), body)
+        discovery["path"] = source_path
+        sites = parse_ranking(body, top_n=settings.top_n)
+    except GateBusy as e:
+        raise dramatiq.Retry(str(e), delay=int(e.wait_s * 1000)) from None
+    except SemrushError as e:
+        if e.transient and attempt < settings.semrush_max_attempts:
+            delay = backoff_ms(settings, attempt, e.retry_after)
+            logger.warning(
+                "ranking page unavailable, will retry", extra={**log, "error": str(e), "delay_ms": delay}
+            )
+            raise dramatiq.Retry(str(e), delay=delay) from None
+        discovery.update(status="failed", reason=f"{type(e).__name__}: {e}", jobs=0)
+        _, complete = ledger.record_discovery(country, [], discovery)
+        logger.error("no ranking for this country", extra={**log, "error": discovery["reason"]})
+        return
+    jobs = [FetchJob.create(run_id, country, s.position, s.domain, settings.site_url_template) for s in sites]
+    discovery.update(status="ok", jobs=len(jobs))
+    recorded, _ = ledger.record_discovery(country, jobs, discovery)
+    if not recorded:
+        return
+    logger.info("country discovered", extra={**log, "jobs": len(jobs)})
+    if jobs:
+        broker = ctx.broker
+        fetch_page = broker.get_actor("fetch_page")
+        group = dramatiq.group([fetch_page.message(job.to_body()) for job in jobs], broker=broker)
+        group.add_completion_callback(broker.get_actor("summarize").message(run_id, country))
+        group.run()
+
+
+def fetch_page(ctx: Context, body: dict) -> None:
+    settings = ctx.settings
+    job = FetchJob.from_body(body, allow_private=settings.allow_private_addresses)
+    ledger = ctx.broker.ledger(job.run_id)
+    log = {
+        "run_id": job.run_id,
+        "country": job.country,
+        "rank": job.rank,
+        "domain": job.domain,
+        "url": job.url,
+    }
+    if not ledger.begin(job):
+        logger.info("job already settled: duplicate delivery ignored", extra=log)
+        return
+    attempt = current_attempt()
+    started = time.monotonic()
+    try:
+        result = download(
+            job.url,
+            safe_join(settings.output_dir, job.path),
+            ctx.limits,
+            session=session_for_thread(ctx.limits),
+        )
+        outcome = job.outcome("saved", result=result, attempts=attempt, elapsed_ms=result.elapsed_ms)
+    except FetchError as e:
+        elapsed = int((time.monotonic() - started) * 1000)
+        if e.transient and attempt < settings.max_attempts:
+            delay = backoff_ms(settings, attempt, e.retry_after)
+            logger.info(
+                "transient failure, will retry",
+                extra={**log, "attempt": attempt, "error": str(e), "delay_ms": delay, "duration_ms": elapsed},
+            )
+            raise dramatiq.Retry(str(e), delay=delay) from None
+        outcome = job.outcome("failed", reason=str(e), attempts=attempt, elapsed_ms=elapsed)
+    except OSError as e:  # the disk, not the site: worth another attempt elsewhere
+        if attempt < settings.max_attempts:
+            raise
+        outcome = job.outcome("failed", reason=f"storage_error: {e}", attempts=attempt)
+    except InvalidJob as e:  # a symlink appeared under OUTPUT_DIR since the message was validated
+        outcome = job.outcome("failed", reason=f"unsafe_path: {e}", attempts=attempt)
+    except requests.RequestException as e:  # anything fetch.py did not classify
+        outcome = job.outcome("failed", reason=f"request_error: {e}", attempts=attempt)
+    settlement = ledger.settle(job, outcome)
+    level = logging.INFO if outcome["outcome"] == "saved" else logging.WARNING
+    logger.log(
+        level,
+        "page settled" if settlement.recorded else "page settled before: duplicate ignored",
+        extra={
+            **log,
+            "attempt": attempt,
+            "outcome": outcome["outcome"],
+            "duration_ms": outcome["elapsed_ms"],
+            "bytes": outcome["bytes"],
+            "error": outcome["reason"] or None,
+        },
+    )
+    if settlement.run_complete:
+        ctx.broker.run_complete(job.run_id)
+
+
+def summarize(ctx: Context, run_id: str, country: str | None = None) -> None:
+    ledger = ctx.broker.ledger(run_id)
+    snapshot = ledger.snapshot()
+    if snapshot.finished or not snapshot.complete:
+        return
+    token = ledger.claim_summary()
+    if token is None:
+        return
+    try:
+        path, summary = write_report(ctx.settings.output_dir, snapshot, ledger.outcomes(), ledger.rejected())
+        ledger.finish(str(path), summary["finished_at"])
+    finally:
+        ledger.release_summary(token)
+    logger.info(
+        "run summary written",
+        extra={"run_id": run_id, "path": str(path), "totals": summary["totals"], "outcome": "finished"},
+    )
