@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import re
 import threading
 import uuid
@@ -121,6 +122,13 @@ class WorkerPoolBroker(RedisBroker):
     @property
     def consumer_class(self) -> type[GuardedConsumer]:
         return GuardedConsumer
+
+    def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> GuardedConsumer:
+        # Dramatiq prefetches 2 x threads, and the count includes running jobs: a process then
+        # hoards slow downloads while others idle. Half of it is one message per thread.
+        if not queue_name.endswith(".DQ") and not os.getenv("dramatiq_queue_prefetch"):  # noqa: SIM112 - Dramatiq's name
+            prefetch = max(1, prefetch // 2)
+        return super().consume(queue_name, prefetch, timeout)
 
     @tenacity.retry(
         retry=tenacity.retry_if_exception_type(_CONNECTION_ERRORS),

@@ -99,7 +99,7 @@ local o = cjson.decode(raw)
 redis.call('hdel', KEYS[1], ARGV[1])
 redis.call('hincrby', KEYS[2], 'settled', -1)
 redis.call('hincrby', KEYS[2], o['outcome'], -1)
-redis.call('hincrby', KEYS[2], 'bytes', -(tonumber(o['bytes']) or 0))
+redis.call('hincrby', KEYS[2], 'bytes', 0 - (tonumber(o['bytes']) or 0))
 redis.call('hincrby', KEYS[2], 'settled:' .. o['country'], -1)
 redis.call('zadd', KEYS[3], ARGV[2], ARGV[1])
 return 1

@@ -1,0 +1,67 @@
+"""A user's mistakes end with one clear line and the documented exit code, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import child_env, make_settings, run_command
+
+from pipeline import errors
+
+
+def check_error(result, code: int, *phrases: str) -> None:
+    assert result.returncode == code, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout
+    for phrase in phrases:
+        assert phrase in result.stderr, result.stderr
+
+
+@pytest.fixture
+def env(tmp_path, demo_world):
+    settings = make_settings(output_dir=tmp_path / "out", semrush_base_url=demo_world.semrush_base_url)
+    return child_env(settings)
+
+
+def test_bad_flag(env):
+    result = run_command("pipeline.kickoff", ["--bogus"], env)
+    check_error(result, errors.EXIT_USAGE, "unrecognized arguments: --bogus", "hint:")
+
+
+def test_bad_setting_value(env):
+    result = run_command("pipeline.kickoff", ["--countries", "de"], {**env, "TOP_N": "lots"})
+    check_error(result, errors.EXIT_USAGE, "TOP_N='lots' is not a valid int")
+
+
+def test_unknown_country_suggests_close_matches_before_anything_is_enqueued(env):
+    result = run_command("pipeline.kickoff", ["--countries", "germany,Germny,Untied Kingdom"], env)
+    check_error(result, errors.EXIT_COUNTRY, "Germny", "germany", "united-kingdom")
+
+
+def test_unreachable_redis(env):
+    result = run_command(
+        "pipeline.kickoff", ["--countries", "de", "--redis-url", "redis://127.0.0.1:1/0"], env
+    )
+    check_error(result, errors.EXIT_REDIS, "cannot reach Redis at redis://127.0.0.1:1/0", "hint:")
+
+
+def test_output_folder_not_writable(env, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = run_command("pipeline.kickoff", ["--countries", "de", "--output-dir", str(blocker / "out")], env)
+    check_error(result, errors.EXIT_OUTPUT, "is not writable", "hint:")
+
+
+def test_semrush_unreachable(env):
+    result = run_command(
+        "pipeline.kickoff", ["--countries", "de"], {**env, "SEMRUSH_BASE_URL": "http://127.0.0.1:1"}
+    )
+    check_error(result, errors.EXIT_SEMRUSH, "Semrush is unreachable at http://127.0.0.1:1")
+
+
+def test_status_of_a_redis_without_runs(redis_server, env):
+    result = run_command("pipeline.status", ["--redis-url", redis_server.url], env)
+    check_error(result, errors.EXIT_NOT_FOUND, "no run has been started")
+
+
+def test_status_without_any_redis(env):
+    result = run_command("pipeline.status", [], env)
+    check_error(result, errors.EXIT_REDIS, "REDIS_URL is unset")
