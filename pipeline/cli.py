@@ -108,10 +108,8 @@ def open_redis(
     here is stopped on exit. Yields the settings with ``redis_url`` filled in.
     """
     if settings.redis_url:
-        from .broker import redact  # noqa: PLC0415 - keeps `cli` light for commands without a broker
-
         client = redis.Redis.from_url(settings.redis_url, decode_responses=True, socket_connect_timeout=5)
-        for warning in preflight(client, redact(settings.redis_url)):
+        for warning in preflight(client, _redact(settings.redis_url)):
             logger.warning(warning)
         yield settings, None
         return
@@ -131,6 +129,31 @@ def open_redis(
         yield settings.with_overrides(redis_url=server.url), server
     finally:
         server.stop()
+
+
+@contextmanager
+def open_run_redis(settings: Settings) -> Iterator[tuple[Settings, EmbeddedRedis | None]]:
+    """The Redis of existing runs, for commands that inspect them (status, dlq).
+
+    REDIS_URL, else the embedded Redis of OUTPUT_DIR (started from its files if no kickoff runs).
+    Losing Redis midway is a RedisUnavailable too, not a traceback.
+    """
+    if not settings.redis_url and not has_embedded_data(settings):
+        raise RedisUnavailable(
+            f"REDIS_URL is unset and {settings.output_dir} holds no embedded Redis",
+            hint="set REDIS_URL (or --redis-url), or --output-dir to the folder of the run",
+        )
+    with open_redis(settings, start_embedded=True) as (settings, embedded):
+        try:
+            yield settings, embedded
+        except redis.RedisError as e:
+            raise RedisUnavailable(f"lost Redis at {_redact(settings.redis_url)}: {e}") from None
+
+
+def _redact(url: str) -> str:
+    from .broker import redact  # noqa: PLC0415 - keeps `cli` light for commands without a broker
+
+    return redact(url)
 
 
 def _running_embedded(data_dir: Path) -> str | None:

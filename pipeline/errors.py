@@ -78,6 +78,13 @@ class RunNotFound(WorkerPoolError):
     hint = "list runs with `python -m pipeline.status --list`; check REDIS_URL and OUTPUT_DIR"
 
 
+class EntryNotFound(WorkerPoolError):
+    """No dead-lettered or quarantined message with that id."""
+
+    exit_code = EXIT_NOT_FOUND
+    hint = "list the entries with `python -m pipeline.dlq list --all`; check REDIS_URL and OUTPUT_DIR"
+
+
 class SemrushError(WorkerPoolError):
     """A Semrush ranking page could not be used."""
 

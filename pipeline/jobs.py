@@ -163,8 +163,11 @@ class FetchJob:
         result: Any = None,
         attempts: int = 1,
         elapsed_ms: int = 0,
+        reused: bool = False,
     ) -> dict[str, Any]:
-        """The job's manifest line. ``result`` is a :class:`pipeline.fetch.FetchResult` when saved."""
+        """The job's manifest line. ``result`` is a :class:`pipeline.fetch.FetchResult` (or the
+        record of the same domain's download earlier in the run) when saved; ``reused`` says the
+        result is that earlier download's, not a download of this job's own."""
         return {
             "run_id": self.run_id,
             "country": self.country,
@@ -180,6 +183,7 @@ class FetchJob:
             "elapsed_ms": elapsed_ms,
             "outcome": outcome,
             "reason": reason,
+            "reused": reused,
         }
 
 

@@ -68,11 +68,13 @@ return {1, complete(KEYS[1], KEYS[5], KEYS[3])}
 """
 )
 
-# KEYS: outcomes, counts, touched, discovered, countries, jobs.
-# ARGV: key, outcome JSON, outcome kind, bytes, country.
+# KEYS: outcomes, counts, touched, discovered, countries, jobs, fetched, claim.
+# ARGV: key, outcome JSON, outcome kind, bytes, country, domain, fetch record JSON or '', token, reused.
 _SETTLE = (
     _COMPLETE
     + """
+if ARGV[7] ~= '' then redis.call('hsetnx', KEYS[7], ARGV[6], ARGV[7]) end
+if redis.call('get', KEYS[8]) == ARGV[8] then redis.call('del', KEYS[8]) end
 if redis.call('hexists', KEYS[6], ARGV[1]) == 0 then return {-1, 0} end
 if redis.call('hsetnx', KEYS[1], ARGV[1], ARGV[2]) == 0 then return {0, 0} end
 redis.call('zrem', KEYS[3], ARGV[1])
@@ -80,15 +82,21 @@ redis.call('hincrby', KEYS[2], 'settled', 1)
 redis.call('hincrby', KEYS[2], ARGV[3], 1)
 redis.call('hincrby', KEYS[2], 'bytes', ARGV[4])
 redis.call('hincrby', KEYS[2], 'settled:' .. ARGV[5], 1)
+if ARGV[9] == '1' then redis.call('hincrby', KEYS[2], 'reused', 1) end
 return {1, complete(KEYS[4], KEYS[5], KEYS[2])}
 """
 )
 
-# KEYS: outcomes, touched.  ARGV: key, now.  Returns 1 when the job has already settled.
+# KEYS: outcomes, touched, fetched, claim.  ARGV: key, now, domain, token, claim ms.
+# Returns {settled, the domain's earlier fetch or false, 1 when this job now holds the domain}.
 _BEGIN = """
-if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then return 1 end
+if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then return {1, false, 0} end
 redis.call('zadd', KEYS[2], ARGV[2], ARGV[1])
-return 0
+local fetched = redis.call('hget', KEYS[3], ARGV[3])
+if fetched then return {0, fetched, 0} end
+if redis.call('set', KEYS[4], ARGV[4], 'NX', 'PX', ARGV[5]) then return {0, false, 1} end
+if redis.call('get', KEYS[4]) == ARGV[4] then return {0, false, 1} end
+return {0, false, 0}
 """
 
 # KEYS: outcomes, counts, touched.  ARGV: key, now.  Undo a settlement so the job can run again.
@@ -101,6 +109,7 @@ redis.call('hincrby', KEYS[2], 'settled', -1)
 redis.call('hincrby', KEYS[2], o['outcome'], -1)
 redis.call('hincrby', KEYS[2], 'bytes', 0 - (tonumber(o['bytes']) or 0))
 redis.call('hincrby', KEYS[2], 'settled:' .. o['country'], -1)
+if o['reused'] == true then redis.call('hincrby', KEYS[2], 'reused', -1) end
 redis.call('zadd', KEYS[3], ARGV[2], ARGV[1])
 return 1
 """
@@ -116,6 +125,15 @@ class Settlement:
 
     recorded: bool  #: False when the job had settled before (a duplicate) or is not a job of the run
     run_complete: bool
+
+
+@dataclass
+class Start:
+    """What :meth:`RunLedger.begin` found."""
+
+    settled: bool  #: the job has settled before: this delivery is a duplicate
+    fetched: dict[str, Any] | None  #: the final result of the job that fetched this domain before
+    claimed: bool  #: this job holds the domain: it downloads, the others of the run wait for it
 
 
 @dataclass
@@ -161,6 +179,8 @@ class RunLedger:
         self.k_touched = prefix + "touched"
         self.k_rejected = prefix + "rejected"
         self.k_summary_claim = prefix + "summary-claim"
+        self.k_fetched = prefix + "fetched"
+        self.claim_prefix = prefix + "claim:"
 
     # --- the master ---------------------------------------------------------------------------
     def create(self, countries: Iterable[str], meta: dict[str, Any]) -> None:
@@ -197,13 +217,33 @@ class RunLedger:
         return json.loads(raw) if raw else None
 
     # --- fetch_page -------------------------------------------------------------------------------
-    def begin(self, job: FetchJob) -> bool:
-        """Note that the job is running. False when it has already settled (a redelivery)."""
-        settled = script(self.client, _BEGIN)([self.k_outcomes, self.k_touched], [job.key, now_ms()])
-        return settled == 0
+    def begin(self, job: FetchJob, token: str, claim_ms: int) -> Start:
+        """Note that the job is running; find or claim its domain's one download of the run.
 
-    def settle(self, job: FetchJob, outcome: dict[str, Any]) -> Settlement:
-        """Record a job's final outcome, exactly once."""
+        A domain that several countries rank is downloaded once per run: the first job claims it
+        (for ``claim_ms``, so that a dead worker's claim lapses), the others reuse its result.
+        """
+        keys = [self.k_outcomes, self.k_touched, self.k_fetched, self.claim_prefix + job.domain]
+        settled, fetched, claimed = script(self.client, _BEGIN)(
+            keys, [job.key, now_ms(), job.domain, token, claim_ms]
+        )
+        return Start(settled == 1, json.loads(fetched) if fetched else None, claimed == 1)
+
+    def release_claim(self, domain: str, token: str) -> None:
+        """Let another job of the run download the domain (after a transient failure)."""
+        key = self.claim_prefix + domain
+        if self.client.get(key) == token:
+            self.client.delete(key)
+
+    def settle(
+        self,
+        job: FetchJob,
+        outcome: dict[str, Any],
+        *,
+        fetch: dict[str, Any] | None = None,
+        token: str = "",
+    ) -> Settlement:
+        """Record a job's final outcome, exactly once; ``fetch`` is shared with the domain's other jobs."""
         keys = [
             self.k_outcomes,
             self.k_counts,
@@ -211,6 +251,8 @@ class RunLedger:
             self.k_discovered,
             self.k_countries,
             self.k_jobs,
+            self.k_fetched,
+            self.claim_prefix + job.domain,
         ]
         args = [
             job.key,
@@ -218,6 +260,10 @@ class RunLedger:
             outcome["outcome"],
             int(outcome.get("bytes") or 0),
             job.country,
+            job.domain,
+            json.dumps(fetch, separators=(",", ":")) if fetch else "",
+            token,
+            "1" if outcome.get("reused") else "0",
         ]
         recorded, complete = script(self.client, _SETTLE)(keys, args)
         return Settlement(recorded == 1, complete == 1)

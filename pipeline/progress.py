@@ -90,7 +90,7 @@ class Progress:
         s = self.snapshot
         pct = 100 * s.settled / self.total if self.total else 100.0
         rate = f"{self.rate:.1f} pages/s" if self.rate is not None else "-- pages/s"
-        eta = _duration(self.eta_s) if self.eta_s is not None else "--"
+        eta = duration(self.eta_s) if self.eta_s is not None else "--"
         rows = self.country_rows()
         done = sum(1 for r in rows if r[3] in ("done", "failed"))
         head = (
@@ -114,7 +114,7 @@ class Progress:
         return "\n".join(lines)
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     seconds = int(round(seconds))
     if seconds < 60:
         return f"{seconds}s"

@@ -104,7 +104,8 @@ def render_markdown(summary: dict[str, Any]) -> str:
         "",
         f"- started {summary['started_at']}, finished {summary['finished_at']} ({summary['duration_s']} s)",
         f"- jobs {t['jobs']}: saved {t['saved']}, failed {t['failed']}, dead-lettered {t['dead_lettered']}",
-        f"- {t['bytes']:,} bytes saved; {summary['throughput']['pages_per_s']} pages/s",
+        f"- {t['bytes']:,} bytes saved; {summary['throughput']['pages_per_s']} pages/s; "
+        f"{summary['throughput']['fetches_saved_by_dedup']} downloads saved by reusing a domain's page",
         f"- rejected messages (malformed or quarantined): {len(summary['rejected_messages'])}",
         "",
         "| country | jobs | saved | failed | dead-lettered | ranking page |",

@@ -13,8 +13,8 @@ import time
 
 import redis
 
-from .cli import Parser, add_common_arguments, has_embedded_data, open_redis, run, settings_from
-from .errors import EXIT_OK, RedisUnavailable
+from .cli import Parser, add_common_arguments, open_run_redis, run, settings_from
+from .errors import EXIT_OK
 from .ledger import RunLedger, latest_run_id, list_runs
 from .progress import Progress, RateMeter
 
@@ -28,12 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     settings = settings_from(args)
-    if not settings.redis_url and not has_embedded_data(settings):
-        raise RedisUnavailable(
-            f"REDIS_URL is unset and {settings.output_dir} holds no embedded Redis",
-            hint="set REDIS_URL (or --redis-url), or --output-dir to the folder of the run",
-        )
-    with open_redis(settings, start_embedded=True) as (settings, _):
+    with open_run_redis(settings) as (settings, _):
         client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
         if args.list:
             runs = list_runs(client)

@@ -12,8 +12,11 @@ import logging
 import random
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from types import SimpleNamespace
 
 import dramatiq
 import requests
@@ -23,16 +26,19 @@ from .broker import WorkerPoolBroker
 from .errors import FetchError, InvalidJob, SemrushError
 from .fetch import FetchLimits, download, session_for_thread
 from .jobs import FetchJob
+from .ledger import Start
 from .report import iso_now, write_report
 from .semrush import fetch_ranking, parse_ranking, ranking_url
 from .settings import Settings
-from .storage import safe_join, write_bytes_atomic
+from .storage import link_or_copy, safe_join, write_bytes_atomic
 from .throttle import GateBusy, SemrushGate
 
 logger = logging.getLogger("pipeline.tasks")
 
 #: Longest a worker thread waits for its turn at Semrush before it lets the message wait instead.
 GATE_MAX_WAIT_S = 120.0
+#: How often a job polls for the result of the same domain's download by another job of the run.
+PEER_POLL_S = 0.2
 
 
 _semrush_sessions = threading.local()
@@ -144,38 +150,21 @@ def fetch_page(ctx: Context, body: dict) -> None:
         "domain": job.domain,
         "url": job.url,
     }
-    if not ledger.begin(job):
+    token = uuid.uuid4().hex
+    claim_ms = int((settings.connect_timeout + settings.total_timeout + 5) * 1000)
+    start = ledger.begin(job, token, claim_ms)
+    if start.settled:
         logger.info("job already settled: duplicate delivery ignored", extra=log)
         return
+    if start.fetched is None and not start.claimed:
+        start = _wait_for_peer(ledger, job, token, claim_ms)
     attempt = current_attempt()
-    started = time.monotonic()
-    try:
-        result = download(
-            job.url,
-            safe_join(settings.output_dir, job.path),
-            ctx.limits,
-            session=session_for_thread(ctx.limits),
-        )
-        outcome = job.outcome("saved", result=result, attempts=attempt, elapsed_ms=result.elapsed_ms)
-    except FetchError as e:
-        elapsed = int((time.monotonic() - started) * 1000)
-        if e.transient and attempt < settings.max_attempts:
-            delay = backoff_ms(settings, attempt, e.retry_after)
-            logger.info(
-                "transient failure, will retry",
-                extra={**log, "attempt": attempt, "error": str(e), "delay_ms": delay, "duration_ms": elapsed},
-            )
-            raise dramatiq.Retry(str(e), delay=delay) from None
-        outcome = job.outcome("failed", reason=str(e), attempts=attempt, elapsed_ms=elapsed)
-    except OSError as e:  # the disk, not the site: worth another attempt elsewhere
-        if attempt < settings.max_attempts:
-            raise
-        outcome = job.outcome("failed", reason=f"storage_error: {e}", attempts=attempt)
-    except InvalidJob as e:  # a symlink appeared under OUTPUT_DIR since the message was validated
-        outcome = job.outcome("failed", reason=f"unsafe_path: {e}", attempts=attempt)
-    except requests.RequestException as e:  # anything fetch.py did not classify
-        outcome = job.outcome("failed", reason=f"request_error: {e}", attempts=attempt)
-    settlement = ledger.settle(job, outcome)
+    outcome = _reuse(settings, job, start.fetched, attempt) if start.fetched else None
+    fetch = None
+    if outcome is None:
+        outcome = _download(ctx, job, attempt, log, release=lambda: ledger.release_claim(job.domain, token))
+        fetch = {k: outcome[k] for k in _FETCH_RECORD}
+    settlement = ledger.settle(job, outcome, fetch=fetch, token=token)
     level = logging.INFO if outcome["outcome"] == "saved" else logging.WARNING
     logger.log(
         level,
@@ -186,11 +175,76 @@ def fetch_page(ctx: Context, body: dict) -> None:
             "outcome": outcome["outcome"],
             "duration_ms": outcome["elapsed_ms"],
             "bytes": outcome["bytes"],
+            "reused": outcome["reused"],
             "error": outcome["reason"] or None,
         },
     )
     if settlement.run_complete:
         ctx.broker.run_complete(job.run_id)
+
+
+#: What one download leaves in the ledger for the other jobs of the run that want the same domain.
+_FETCH_RECORD = ("outcome", "path", "final_url", "status", "bytes", "sha256", "reason")
+
+
+def _wait_for_peer(ledger, job: FetchJob, token: str, claim_ms: int) -> Start:
+    """Another job of the run is downloading this domain: wait for its result (or its claim to lapse)."""
+    deadline = time.monotonic() + claim_ms / 1000
+    while True:
+        time.sleep(PEER_POLL_S)
+        start = ledger.begin(job, token, claim_ms)
+        if start.settled or start.fetched is not None or start.claimed or time.monotonic() > deadline:
+            return start
+
+
+def _reuse(settings: Settings, job: FetchJob, fetched: dict, attempt: int) -> dict | None:
+    """The job's outcome from the run's earlier download of the same domain; None to download anyway."""
+    if fetched["outcome"] != "saved":
+        return job.outcome("failed", reason=fetched["reason"], attempts=attempt, reused=True)
+    started = time.monotonic()
+    try:
+        link_or_copy(
+            safe_join(settings.output_dir, fetched["path"]), safe_join(settings.output_dir, job.path)
+        )
+    except (OSError, InvalidJob):  # saved on another host, or moved: download it here
+        return None
+    elapsed = int((time.monotonic() - started) * 1000)
+    result = SimpleNamespace(**{k: fetched[k] for k in ("final_url", "status", "bytes", "sha256")})
+    return job.outcome("saved", result=result, attempts=attempt, elapsed_ms=elapsed, reused=True)
+
+
+def _download(ctx: Context, job: FetchJob, attempt: int, log: dict, *, release: Callable[[], None]) -> dict:
+    """Download the job's page; its outcome, or dramatiq.Retry for a transient failure."""
+    settings = ctx.settings
+    started = time.monotonic()
+    try:
+        result = download(
+            job.url,
+            safe_join(settings.output_dir, job.path),
+            ctx.limits,
+            session=session_for_thread(ctx.limits),
+        )
+        return job.outcome("saved", result=result, attempts=attempt, elapsed_ms=result.elapsed_ms)
+    except FetchError as e:
+        elapsed = int((time.monotonic() - started) * 1000)
+        if e.transient and attempt < settings.max_attempts:
+            delay = backoff_ms(settings, attempt, e.retry_after)
+            logger.info(
+                "transient failure, will retry",
+                extra={**log, "attempt": attempt, "error": str(e), "delay_ms": delay, "duration_ms": elapsed},
+            )
+            release()
+            raise dramatiq.Retry(str(e), delay=delay) from None
+        return job.outcome("failed", reason=str(e), attempts=attempt, elapsed_ms=elapsed)
+    except OSError as e:  # the disk, not the site: worth another attempt elsewhere
+        if attempt < settings.max_attempts:
+            release()
+            raise
+        return job.outcome("failed", reason=f"storage_error: {e}", attempts=attempt)
+    except InvalidJob as e:  # a symlink appeared under OUTPUT_DIR since the message was validated
+        return job.outcome("failed", reason=f"unsafe_path: {e}", attempts=attempt)
+    except requests.RequestException as e:  # anything fetch.py did not classify
+        return job.outcome("failed", reason=f"request_error: {e}", attempts=attempt)
 
 
 def summarize(ctx: Context, run_id: str, country: str | None = None) -> None:
@@ -202,7 +256,13 @@ def summarize(ctx: Context, run_id: str, country: str | None = None) -> None:
     if token is None:
         return
     try:
-        path, summary = write_report(ctx.settings.output_dir, snapshot, ledger.outcomes(), ledger.rejected())
+        path, summary = write_report(
+            ctx.settings.output_dir,
+            snapshot,
+            ledger.outcomes(),
+            ledger.rejected(),
+            reused_fetches=snapshot.counts.get("reused", 0),
+        )
         ledger.finish(str(path), summary["finished_at"])
     finally:
         ledger.release_summary(token)

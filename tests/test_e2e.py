@@ -49,6 +49,14 @@ def test_run_downloads_every_page_and_writes_one_summary(
     assert next(line for line in run.manifest if line["domain"] == flaky)["attempts"] == 2
     assert {f["domain"] for f in run.summary["failures"]} == failed
 
+    # Download once per run: a domain ranked by several countries was fetched once, then linked.
+    reused = [line for line in run.manifest if line["reused"]]
+    assert reused and run.summary["throughput"]["fetches_saved_by_dedup"] == len(reused)
+    shared = {line["domain"] for line in reused}
+    assert "google.com" in shared and demo_world.site_requests("google.com") == 1
+    fetched = {line["domain"] for line in run.manifest if not line["reused"]}
+    assert len(fetched) == len({line["domain"] for line in run.manifest}), "each domain downloaded once"
+
     # Status reads the same numbers back from Redis, for scripts.
     status = run_command("pipeline.status", [run_id, "--json"], env)
     assert status.returncode == 0, status.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from pipeline.errors import RunNotFound
@@ -30,12 +32,12 @@ def test_a_run_completes_when_every_country_is_discovered_and_every_job_settled(
     germany = jobs("germany", 2)
     assert ledger.record_discovery("germany", germany, {"status": "ok", "jobs": 2}) == (True, False)
     assert ledger.record_discovery("germany", germany, {"status": "ok", "jobs": 2}) == (False, False)
-    assert ledger.begin(germany[0])
+    assert not ledger.begin(germany[0], "token", 10_000).settled
     first = ledger.settle(germany[0], germany[0].outcome("saved", attempts=1))
     assert first.recorded and not first.run_complete
     duplicate = ledger.settle(germany[0], germany[0].outcome("failed", reason="late duplicate"))
     assert not duplicate.recorded
-    assert not ledger.begin(germany[0]), "a settled job must not run again"
+    assert ledger.begin(germany[0], "token", 10_000).settled, "a settled job must not run again"
     assert ledger.settle(germany[1], germany[1].outcome("failed", reason="http_404")).recorded
     # France has no ranking: its discovery fails, and that completes the run.
     recorded, complete = ledger.record_discovery(
@@ -77,3 +79,39 @@ def test_unknown_run(redis_server):
         RunLedger(redis_server.client(), RUN).snapshot()
     with pytest.raises(RunNotFound):
         latest_run_id(redis_server.client())
+
+
+def test_a_domain_is_downloaded_once_per_run(ledger):
+    """The first job of a domain claims it; the others see the claim, then the shared result."""
+    de = FetchJob.create(RUN, "germany", 1, "google.com", "https://{domain}/")
+    fr = FetchJob.create(RUN, "france", 1, "google.com", "https://{domain}/")
+    ledger.record_discovery("germany", [de], {"status": "ok", "jobs": 1})
+    ledger.record_discovery("france", [fr], {"status": "ok", "jobs": 1})
+    first = ledger.begin(de, "de-token", 10_000)
+    assert first.claimed and first.fetched is None
+    waiting = ledger.begin(fr, "fr-token", 10_000)
+    assert not waiting.claimed and waiting.fetched is None
+    fetch = {
+        "outcome": "saved",
+        "path": de.path,
+        "sha256": "ab",
+        "bytes": 3,
+        "final_url": de.url,
+        "status": 200,
+    }
+    ledger.settle(de, de.outcome("saved"), fetch=fetch, token="de-token")
+    assert not ledger.client.exists(ledger.claim_prefix + "google.com"), "the claim is released"
+    reuse = ledger.begin(fr, "fr-token", 10_000)
+    assert reuse.fetched == fetch and not reuse.claimed
+    assert ledger.settle(fr, {**fr.outcome("saved"), "reused": True}).run_complete
+    assert ledger.snapshot().counts["reused"] == 1
+
+
+def test_a_released_or_lapsed_claim_passes_to_the_next_job(ledger):
+    de = FetchJob.create(RUN, "germany", 1, "google.com", "https://{domain}/")
+    fr = FetchJob.create(RUN, "france", 1, "google.com", "https://{domain}/")
+    assert ledger.begin(de, "de-token", 10_000).claimed
+    ledger.release_claim("google.com", "de-token")  # a transient failure: let others try
+    assert ledger.begin(fr, "fr-token", 50).claimed
+    time.sleep(0.1)  # fr's worker died: its claim lapses
+    assert ledger.begin(de, "de-token-2", 10_000).claimed

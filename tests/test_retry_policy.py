@@ -24,10 +24,13 @@ class FakeLedger:
     def __init__(self) -> None:
         self.settled: list[dict] = []
 
-    def begin(self, job):
-        return not self.settled
+    def begin(self, job, token, claim_ms):
+        return SimpleNamespace(settled=bool(self.settled), fetched=None, claimed=True)
 
-    def settle(self, job, outcome):
+    def release_claim(self, domain, token):
+        pass
+
+    def settle(self, job, outcome, *, fetch=None, token=""):
         self.settled.append(outcome)
         return SimpleNamespace(recorded=True, run_complete=False)
 

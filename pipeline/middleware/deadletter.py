@@ -35,7 +35,7 @@ def dead_letter(broker: dramatiq.Broker, message: dramatiq.MessageProxy, reason:
 
 def record_dead_letter(broker: dramatiq.Broker, message: dramatiq.MessageProxy, reason: str) -> None:
     """Keep the reason, and settle the job as dead-lettered when the message is a job of a run."""
-    run_id, job = _identify(message)
+    run_id, job = identify_message(message)
     record = {
         "kind": "dead_lettered",
         "reason": reason,
@@ -71,7 +71,7 @@ def record_dead_letter(broker: dramatiq.Broker, message: dramatiq.MessageProxy, 
     )
 
 
-def _identify(message: dramatiq.MessageProxy) -> tuple[str | None, FetchJob | None]:
+def identify_message(message: dramatiq.MessageProxy) -> tuple[str | None, FetchJob | None]:
     """The run (and, for fetch_page, the job) a message names, however broken it is."""
     args: Any = message.args
     first = args[0] if isinstance(args, (list, tuple)) and args else None
