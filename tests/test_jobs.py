@@ -123,5 +123,5 @@ def test_outcome_is_a_manifest_line():
     assert line["outcome"] == "failed" and line["path"] is None and line["bytes"] == 0
     assert set(line) == {
         "run_id", "country", "rank", "domain", "url", "final_url", "status", "path", "bytes",
-        "sha256", "attempts", "elapsed_ms", "outcome", "reason",
+        "sha256", "attempts", "elapsed_ms", "outcome", "reason", "reused",
     }  # fmt: skip
