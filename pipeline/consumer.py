@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 from dramatiq.brokers.redis import _RedisConsumer
 from dramatiq.errors import ConnectionClosed, DecodeError
 
+from .middleware.deadletter import record_dead_letter
+
 if TYPE_CHECKING:
     from dramatiq import MessageProxy
 
@@ -81,6 +83,11 @@ class GuardedConsumer(_RedisConsumer):
         if proxy is not None:
             with self.held.lock:
                 self.held.ids[self.queue_name].add(proxy.options["redis_message_id"])
+            if proxy.actor_name not in self.broker.actors and proxy.options.get("eta") is None:
+                # Dramatiq dead-letters it (ActorNotFound) before any middleware sees it, and
+                # keeps no reason: record one, as for every other dead letter. (A delayed one
+                # is checked when it comes out of the delay queue.)
+                record_dead_letter(self.broker, proxy, f"unknown actor {proxy.actor_name!r}")
         return proxy
 
     def ack(self, message: MessageProxy) -> None:
@@ -95,6 +102,31 @@ class GuardedConsumer(_RedisConsumer):
         for message in messages:
             self._release(message)
         super().requeue(messages)
+
+    def close(self) -> None:
+        """Put back what this consumer fetched but never handed out, then close.
+
+        A stopping worker (graceful shutdown, consumer restart) requeues its work and delay
+        queues, but not the rest of the consumer's fetch cache: those ids stayed in the acks set
+        of a worker that was gone, until the heartbeat reclaim. The SIGTERM fault test caught
+        one. Held ids (running, queued for a thread, delayed) are left to Dramatiq.
+        """
+        with self.held.lock:
+            keep = set(self.held.ids.get(self.queue_name, ()))
+        try:
+            returned = self.broker.requeue_stranded(self.queue_name, keep)
+        except Exception as e:  # Redis down: the next consumer (or the reclaim) puts them back
+            logger.warning(
+                "could not put back unserved messages", extra={"queue": self.queue_name, "error": repr(e)}
+            )
+        else:
+            if returned:
+                logger.info(
+                    "put back %d fetched message(s) never served",
+                    returned,
+                    extra={"queue": self.queue_name, "count": returned},
+                )
+        super().close()
 
     def _release(self, message: MessageProxy) -> None:
         with self.held.lock:

@@ -115,6 +115,14 @@ return 1
 """
 
 
+# KEYS: claim.  ARGV: owner prefix.  Compare-and-delete, so a newer claim is never dropped.
+_DROP_CLAIM = """
+local token = redis.call('get', KEYS[1])
+if token and string.sub(token, 1, #ARGV[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -268,6 +276,11 @@ class RunLedger:
         recorded, complete = script(self.client, _SETTLE)(keys, args)
         return Settlement(recorded == 1, complete == 1)
 
+    def job_body(self, key: str) -> dict[str, Any] | None:
+        """The body the run recorded for a job (what its fetch_page message carries)."""
+        raw = self.client.hget(self.k_jobs, key)
+        return json.loads(raw) if raw else None
+
     def touch(self, key: str) -> None:
         self.client.zadd(self.k_touched, {key: now_ms()})
 
@@ -281,15 +294,38 @@ class RunLedger:
         self.client.hset(self.k_rejected, message_id, json.dumps(record))
 
     # --- summarize ------------------------------------------------------------------------------
-    def claim_summary(self, ttl_s: int = 120) -> str | None:
-        """Take the right to write the summary; None when another worker has it or it is written."""
+    def claim_summary(self, ttl_s: int = 120, *, owner: str = "") -> str | None:
+        """Take the right to write the summary; None when another worker has it or it is written.
+
+        ``owner`` (the worker's broker id) goes into the claim, so that the reaper can drop the
+        claim of a worker that died while writing instead of waiting ``ttl_s`` for it to lapse.
+        """
         if self.client.hget(self.k_meta, "status") == "finished":
             return None
-        token = uuid.uuid4().hex
+        token = f"{owner}/{uuid.uuid4().hex}" if owner else uuid.uuid4().hex
         return token if self.client.set(self.k_summary_claim, token, nx=True, ex=ttl_s) else None
+
+    def needs_summary(self) -> bool:
+        """Complete and not finished: four small reads, where :meth:`snapshot` decodes everything."""
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.hget(self.k_meta, "status")
+            pipe.hlen(self.k_discovered)
+            pipe.scard(self.k_countries)
+            pipe.hmget(self.k_counts, "expected", "settled")
+            status, discovered, countries, (expected, settled) = pipe.execute()
+        return status == "running" and discovered >= countries and int(settled or 0) >= int(expected or 0)
 
     def summary_claimed(self) -> bool:
         return bool(self.client.exists(self.k_summary_claim))
+
+    def summary_claim_owner(self) -> str | None:
+        """The broker id that holds the summary claim, when it said so; None otherwise."""
+        token = self.client.get(self.k_summary_claim)
+        return token.partition("/")[0] if token and "/" in token else None
+
+    def drop_summary_claim(self, owner: str) -> bool:
+        """Drop the claim if ``owner`` still holds it (its worker is dead)."""
+        return script(self.client, _DROP_CLAIM)([self.k_summary_claim], [owner + "/"]) == 1
 
     def finish(self, summary_path: str, finished_at: str) -> None:
         with self.client.pipeline() as pipe:

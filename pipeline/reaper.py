@@ -86,7 +86,20 @@ def reap(broker: WorkerPoolBroker, settings: Settings) -> ReapReport:
             )
         if not unsettled:
             snapshot = ledger.snapshot(with_discovered=True)
-            if snapshot.complete and not snapshot.finished and not ledger.summary_claimed():
-                broker.run_complete(run_id)
-                report.summaries += 1
+            if snapshot.complete and not snapshot.finished:
+                # A worker killed while writing the summary keeps its claim for minutes: once the
+                # claim's owner is gone from the heartbeats (reclaimed as dead), drop it. The chaos
+                # test caught a run that waited the claim's whole TTL after such a kill.
+                owner = ledger.summary_claim_owner()
+                alive = (
+                    owner and broker.client.zscore(f"{broker.namespace}:__heartbeats__", owner) is not None
+                )
+                if owner and not alive and ledger.drop_summary_claim(owner):
+                    logger.warning(
+                        "dropped the summary claim of a dead worker",
+                        extra={"run_id": run_id, "broker_id": owner},
+                    )
+                if not ledger.summary_claimed():
+                    broker.run_complete(run_id)
+                    report.summaries += 1
     return report

@@ -83,7 +83,15 @@ def parse_ranking(html: str | bytes, top_n: int = MAX_PUBLIC_ROWS) -> list[Ranke
     """
     if top_n < 1:
         raise ValueError(f"top_n must be at least 1, not {top_n}")
-    soup = BeautifulSoup(html, "html5lib")
+    try:
+        # The standard library's parser reads a well-formed page in half html5lib's time.
+        return _parse_soup(BeautifulSoup(html, "html.parser"), top_n)
+    except NoRankingTable:
+        # html5lib builds the tree as a browser does: it reads broken markup the other cannot.
+        return _parse_soup(BeautifulSoup(html, "html5lib"), top_n)
+
+
+def _parse_soup(soup: BeautifulSoup, top_n: int) -> list[RankedSite]:
     body = soup.select_one('tbody[data-test="Body"]')
     if body is None:
         raise NoRankingTable(

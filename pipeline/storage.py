@@ -146,6 +146,16 @@ def link_or_copy(src: Path, dest: Path) -> str:
     return "link"
 
 
+def remove_partials(folder: Path) -> int:
+    """Delete the temporary files of writers that were killed; only call when no writer is left."""
+    removed = 0
+    for leftover in folder.rglob(".*.part"):
+        with suppress(FileNotFoundError):
+            leftover.unlink()
+            removed += 1
+    return removed
+
+
 def sha256_file(path: Path) -> str:
     """Hex SHA-256 of the file at ``path``."""
     digest = hashlib.sha256()

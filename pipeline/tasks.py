@@ -30,7 +30,7 @@ from .ledger import Start
 from .report import iso_now, write_report
 from .semrush import fetch_ranking, parse_ranking, ranking_url
 from .settings import Settings
-from .storage import link_or_copy, safe_join, write_bytes_atomic
+from .storage import link_or_copy, remove_partials, safe_join, write_bytes_atomic
 from .throttle import GateBusy, SemrushGate
 
 logger = logging.getLogger("pipeline.tasks")
@@ -249,13 +249,15 @@ def _download(ctx: Context, job: FetchJob, attempt: int, log: dict, *, release: 
 
 def summarize(ctx: Context, run_id: str, country: str | None = None) -> None:
     ledger = ctx.broker.ledger(run_id)
-    snapshot = ledger.snapshot()
-    if snapshot.finished or not snapshot.complete:
+    if not ledger.needs_summary():
         return
-    token = ledger.claim_summary()
+    snapshot = ledger.snapshot()
+    token = ledger.claim_summary(owner=ctx.broker.broker_id)
     if token is None:
         return
     try:
+        # The run is complete: a temporary file left now belongs to a writer that was killed.
+        remove_partials(ctx.settings.output_dir / run_id)
         path, summary = write_report(
             ctx.settings.output_dir,
             snapshot,

@@ -15,6 +15,9 @@ import redis
 
 from .scripts import script
 
+#: Longest sleep between two looks at the gate: a turn passes as soon as the holder lets go.
+POLL_S = 0.05
+
 LOCK = "wp:semrush:lock"
 NOT_BEFORE = "wp:semrush:not-before"
 
@@ -70,7 +73,7 @@ class SemrushGate:
             wait_s = wait_ms / 1000
             if time.monotonic() + wait_s > deadline:
                 raise GateBusy(wait_s)
-            time.sleep(min(wait_s, 0.5))
+            time.sleep(min(wait_s, POLL_S))
         try:
             yield
         finally:

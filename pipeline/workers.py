@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import logs
@@ -29,12 +30,16 @@ from .settings import Settings
 logger = logging.getLogger("pipeline.workers")
 
 
-def worker_command(threads: int, shutdown_timeout_ms: int) -> list[str]:
+def worker_command(threads: int, shutdown_timeout_ms: int, modules: Sequence[str] = ()) -> list[str]:
+    """``modules``: more modules of actors to import after ``actors`` (tests add a crashing one)."""
     return [
-        sys.executable, "-m", "dramatiq", "actors",
+        sys.executable, "-m", "dramatiq", "actors", *modules,
         "--processes", "1",
         "--threads", str(threads),
         "--worker-shutdown-timeout", str(shutdown_timeout_ms),
+        # A worker process boots in about a second; one that dies while booting should not hold
+        # its `dramatiq` command (and so its restart) for Dramatiq's default 30 s.
+        "--worker-fork-timeout", "10000",
     ]  # fmt: skip
 
 
@@ -49,6 +54,7 @@ class WorkerFleet:
         threads: int | None = None,
         log_dir: Path | None = None,
         extra_env: dict[str, str] | None = None,
+        modules: Sequence[str] = (),
     ) -> None:
         if processes < 1:
             raise UsageError("the number of worker processes must be at least 1")
@@ -56,6 +62,7 @@ class WorkerFleet:
         self.count = processes
         self.threads = threads or settings.worker_threads
         self.log_dir = log_dir
+        self.modules = tuple(modules)
         self.env = {**os.environ, **settings.to_environ(), "PYTHONUNBUFFERED": "1", **(extra_env or {})}
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * processes
         self.restarts = 0
@@ -70,7 +77,7 @@ class WorkerFleet:
             out = open(self.log_dir / f"worker-{index}.log", "ab")  # noqa: SIM115 - owned by the child
         try:
             return subprocess.Popen(
-                worker_command(self.threads, self.settings.worker_shutdown_timeout_ms),
+                worker_command(self.threads, self.settings.worker_shutdown_timeout_ms, self.modules),
                 env=self.env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,

@@ -165,7 +165,7 @@ def test_unknown_values_are_none() -> None:
 
 # --- fetching ----------------------------------------------------------------------------------------
 
-RETRY_DATE = email.utils.formatdate(time.time() + 120, usegmt=True)
+RETRY_DATE = email.utils.formatdate(time.time() + 3600, usegmt=True)
 ROUTES = {
     "/ok": (200, {}, b"<html>ranking</html>"),
     "/missing": (404, {}, b"nope"),

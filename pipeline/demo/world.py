@@ -18,7 +18,7 @@ import re
 import socket
 import socketserver
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from urllib.parse import urlsplit
@@ -123,7 +123,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if kind == "http_404":
             self._send(404, b"<h1>Not Found</h1>", send_body=send_body)
-        elif kind == "http_500_once" and world._first_request(domain):
+        elif (kind == "http_500_once" or domain in world.flaky_domains) and world._first_request(domain):
             self._send(500, b"<h1>Internal Server Error</h1>", send_body=send_body)
         elif profile.redirect and not landing:
             self._send(
@@ -152,7 +152,9 @@ class DemoWorld:
 
     ``slow_seconds``: how long the ``timeout`` site stays silent. ``latency_scale``: multiplies
     every site's latency (0 for a benchmark of the crawler alone). ``serve_any_domain``: serve a
-    page for any hostname, not only the ranked ones. ``port``: 0 picks a free one.
+    page for any hostname, not only the ranked ones. ``flaky_domains``: more domains that answer
+    500 to their first request, like ``http_500_once`` (tests put many jobs in retry backoff).
+    ``port``: 0 picks a free one.
     """
 
     def __init__(
@@ -161,12 +163,14 @@ class DemoWorld:
         slow_seconds: float = data.DEFAULT_SLOW_SECONDS,
         latency_scale: float = 1.0,
         serve_any_domain: bool = False,
+        flaky_domains: Iterable[str] = (),
         port: int = 0,
     ) -> None:
         self.port = port
         self.slow_seconds = slow_seconds
         self.latency_scale = latency_scale
         self.serve_any_domain = serve_any_domain
+        self.flaky_domains = frozenset(flaky_domains)
         self._rankings = data.demo_rankings()
         self._domains = {site.domain for rows in self._rankings.values() for site in rows}
         self._pages: dict[str, bytes] = {}

@@ -52,7 +52,11 @@ def record_dead_letter(broker: dramatiq.Broker, message: dramatiq.MessageProxy, 
         if run_id:
             ledger = broker.ledger(run_id)
             settled = None
-            if job is not None:
+            # Only the job's own message settles it. A malformed or hostile message that merely
+            # names a job of the run (its country and rank) must not take the real one's place:
+            # in the fault tests a "../" path naming rank 1 was dead-lettered as rank 1, and the
+            # good message of rank 1 was then ignored as a duplicate.
+            if job is not None and ledger.job_body(job.key) == message.args[0]:
                 settled = ledger.settle(job, job.outcome("dead_lettered", reason=reason))
             if settled is None or not settled.recorded:
                 ledger.reject(message.message_id, record)

@@ -33,6 +33,9 @@ class Watchdog(Middleware):
         self.token = uuid.uuid4().hex
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        # The broker id names this process in Redis (heartbeats, acks sets): logging it with the
+        # pid lets an operator (and the fault tests) tell which messages a dead process held.
+        logger.info("worker process booted", extra={"broker_id": broker.broker_id})
         self.stopping.clear()
         self.thread = threading.Thread(target=self._run, args=(broker,), name="watchdog", daemon=True)
         self.thread.start()

@@ -1,0 +1,553 @@
+"""Runs the contenders in turn against the simulated web, measures them, verifies them, compares.
+
+One round runs every contender once (the aiohttp loop first, then each WorkerPool configuration),
+so slow drift of the machine hits all of them alike; figures are medians over the rounds and
+WorkerPool's are given as ratios to the loop's. Every WorkerPool run gets a fresh embedded Redis
+and fresh ``dramatiq`` worker processes (started and idle before the clock starts); the clock runs
+from the enqueue of the first country to the summary being written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+import requests
+
+from ..redis_server import EmbeddedRedis
+from ..settings import Settings
+from ..workers import WorkerFleet
+from .procs import Child, ChildFailed, ProcessMeter
+from .world import World, read_manifest, verify
+
+MB = 1024 * 1024
+#: Targets of the issue: (profile, metric, limit, "min" or "max").
+PPS_RATIO_MIN = 0.60
+CPU_RATIO_MAX = 4.0
+RSS_MB_MAX = 80.0
+RSS_AT_THREADS = 32
+WALL_RATIO_MAX = 1.25
+
+
+class BenchTimeout(Exception):
+    """--max-seconds ran out."""
+
+
+@dataclass(frozen=True)
+class Contender:
+    kind: str  # "loop" or "workerpool"
+    processes: int
+    threads: int
+
+    @property
+    def in_flight(self) -> int:
+        return self.processes * self.threads
+
+    @property
+    def name(self) -> str:
+        if self.kind == "loop":
+            return f"aiohttp loop x{self.in_flight}"
+        return f"workerpool {self.processes}x{self.threads}"
+
+
+@dataclass
+class Options:
+    profiles: list[str]
+    pages: int = 4000
+    repeat: int = 3
+    processes: int = 2
+    threads: int = 32
+    scaling: bool = False
+    max_seconds: float = 1800.0
+    retry_backoff_ms: int = 500
+    overlap: float = -1.0
+    seed: int = 1
+    work_dir: Path | None = None
+    keep: bool = False
+    poll: float = 0.025
+    run_timeout: float = 600.0
+
+
+@dataclass
+class ProfileResult:
+    world: dict[str, Any]
+    contenders: list[Contender]
+    runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def medians(self, name: str) -> dict[str, float]:
+        runs = [r for r in self.runs.get(name, []) if r.get("verified", {}).get("ok")]
+        keys = {
+            k for r in runs for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+        return {k: round(statistics.median(r[k] for r in runs if k in r), 4) for k in sorted(keys)}
+
+
+def scaling_configs(processes: int, threads: int) -> list[tuple[int, int]]:
+    """1, 2 and 4 processes at the total threads of the main configuration (plus the main one)."""
+    total = processes * threads
+    configs = [(processes, threads)] + [(p, max(1, total // p)) for p in (1, 2, 4)]
+    return list(dict.fromkeys(configs))
+
+
+class Bench:
+    def __init__(self, options: Options, *, log: Any = sys.stderr) -> None:
+        self.o = options
+        self.log = log
+        self.deadline = time.monotonic() + options.max_seconds
+        self.http = requests.Session()
+        self.http.trust_env = False  # 127.0.0.1 only, whatever proxy the environment names
+        self.work_dir = options.work_dir or Path(os.environ.get("TMPDIR", "/tmp"))
+        self.results: dict[str, ProfileResult] = {}
+        self.errors: list[str] = []
+
+    # --- time -----------------------------------------------------------------------------------
+
+    def remaining(self, cap: float | None = None) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise BenchTimeout(f"--max-seconds {self.o.max_seconds:.0f} ran out")
+        return min(left, cap) if cap else left
+
+    def say(self, text: str) -> None:
+        print(text, file=self.log, flush=True)
+
+    # --- the whole benchmark ----------------------------------------------------------------------
+
+    def run(self, root: Path) -> dict[str, ProfileResult]:
+        for profile in self.o.profiles:
+            world = World(profile, self.o.pages, overlap=self.o.overlap, seed=self.o.seed)
+            main = (self.o.processes, self.o.threads)
+            configs = scaling_configs(*main) if self.o.scaling and profile == "clean" else [main]
+            contenders = [Contender("loop", *main)] + [Contender("workerpool", p, t) for p, t in configs]
+            result = self.results[profile] = ProfileResult(world.describe(), contenders)
+            with self._web(world, root / profile) as web_url:
+                for round_no in range(1, self.o.repeat + 1):
+                    for contender in contenders:
+                        run_dir = root / profile / f"{round_no}-{contender.name.replace(' ', '-')}"
+                        figures = self._one_run(world, web_url, contender, run_dir)
+                        result.runs.setdefault(contender.name, []).append(figures)
+                        where = f"[{profile}] round {round_no}/{self.o.repeat} {contender.name}"
+                        self.say(f"{where}: {_brief(figures)}")
+        return self.results
+
+    @contextlib.contextmanager
+    def _web(self, world: World, folder: Path) -> Iterator[str]:
+        command = [sys.executable, "-m", "pipeline.bench.web", *world.cli_args()]
+        with Child("web", command, env=dict(os.environ), log_path=folder / "web.log") as web:
+            ready = web.expect("READY", self.remaining(60))
+            self.web_pid = web.pid
+            yield f"http://127.0.0.1:{ready['port']}"
+
+    def _one_run(self, world: World, web_url: str, contender: Contender, run_dir: Path) -> dict[str, Any]:
+        self.http.post(f"{web_url}/_bench/reset", timeout=10).raise_for_status()
+        try:
+            if contender.kind == "loop":
+                figures = self._loop_run(world, web_url, contender, run_dir)
+            else:
+                figures = self._workerpool_run(world, web_url, contender, run_dir)
+        except (ChildFailed, redis.RedisError, OSError, ValueError, KeyError) as e:
+            self.errors.append(f"{contender.name}: {e}")
+            return {"error": str(e), "verified": {"ok": False, "problems": [str(e)]}, "run_dir": str(run_dir)}
+        stats = self.http.get(f"{web_url}/_bench/stats", timeout=10).json()
+        figures["site_requests"] = stats["site_requests"]
+        figures["extra_site_requests"] = stats["site_requests"] - world.expected_site_requests()
+        if figures["verified"]["ok"] and not self.o.keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        else:
+            figures["run_dir"] = str(run_dir)
+        return figures
+
+    def settings(self, web_url: str, output_dir: Path, redis_url: str = "") -> Settings:
+        """The same settings for every contender: local web, no Semrush delay, quiet logs."""
+        return Settings.load(
+            {
+                "redis_url": redis_url,
+                "output_dir": output_dir,
+                "semrush_base_url": web_url,
+                "site_url_template": web_url + "/site/{domain}/",
+                "allow_private_addresses": True,
+                "semrush_delay": 0.0,
+                "log_level": "WARNING",
+                "retry_min_backoff_ms": self.o.retry_backoff_ms,
+                "worker_shutdown_timeout_ms": 5000,
+            },
+            environ={},
+            env_file=os.devnull,
+        )
+
+    # --- the yardstick ------------------------------------------------------------------------------
+
+    def _loop_run(self, world: World, web_url: str, contender: Contender, run_dir: Path) -> dict[str, Any]:
+        out = run_dir / "out"
+        settings = self.settings(web_url, out)
+        env = {**os.environ, **settings.to_environ(), "WORKERPOOL_ENV_FILE": os.devnull}
+        command = [
+            sys.executable, "-m", "pipeline.bench.yardstick", *world.cli_args(),
+            "--out", str(out), "--concurrency", str(contender.in_flight),
+        ]  # fmt: skip
+        with (
+            ProcessMeter() as meter,
+            Child("yardstick", command, env=env, log_path=run_dir / "loop.log") as loop,
+        ):
+            meter.watch("web", self.web_pid, children=False)
+            loop.expect("READY", self.remaining(60))
+            meter.watch("loop", loop.pid, children=False)
+            before = meter.snapshot()
+            loop.go()
+            done = loop.expect("DONE", self.remaining(self.o.run_timeout))
+            after = meter.snapshot()
+        pages = done["pages"]
+        figures = _rates(pages, done["wall_s"])
+        cpu = {
+            "crawler": meter.cpu_between(before, after, "loop"),
+            "web": meter.cpu_between(before, after, "web"),
+        }
+        figures.update(_per_1k(cpu, pages))
+        figures["foreign_cpu_pct"] = meter.foreign_load(before, after)
+        figures["peak_rss_mb"] = round(max(meter.peak_rss("loop")) / MB, 1)
+        check = verify(world, read_manifest(Path(done["manifest"])), out)
+        figures["verified"] = check.as_dict()
+        figures["outcomes_digest"] = _digest(check.outcomes)
+        return figures
+
+    # --- WorkerPool ---------------------------------------------------------------------------------
+
+    def _workerpool_run(
+        self, world: World, web_url: str, contender: Contender, run_dir: Path
+    ) -> dict[str, Any]:
+        out = run_dir / "out"
+        with ExitStack() as stack:
+            server = stack.enter_context(EmbeddedRedis(run_dir / "redis"))
+            settings = self.settings(web_url, out, server.url)
+            fleet = WorkerFleet(
+                settings,
+                contender.processes,
+                threads=contender.threads,
+                log_dir=run_dir / "logs",
+                extra_env={"WORKERPOOL_ENV_FILE": os.devnull},
+            )
+            stack.enter_context(fleet)
+            meter = stack.enter_context(ProcessMeter())
+            meter.watch("web", self.web_pid, children=False)
+            assert server.process is not None
+            meter.watch("redis", server.process.pid, children=False)
+            meter.watch("workers", fleet.pids)
+            command = [
+                sys.executable, "-m", "pipeline.bench.master",
+                "--countries", ",".join(world.countries), "--poll", str(self.o.poll),
+                "--timeout", str(self.remaining(self.o.run_timeout)),
+            ]  # fmt: skip
+            master = stack.enter_context(
+                Child("master", command, env=fleet.env, log_path=run_dir / "master.log")
+            )
+            client = server.client()
+            master.expect("READY", self.remaining(60))
+            self._wait_for_workers(client, contender.processes)
+            meter.watch("master", master.pid, children=False)
+            calls_before = _command_calls(client)
+            before = meter.snapshot()
+            master.go()
+            done = master.expect("DONE", self.remaining(self.o.run_timeout + 30))
+            after = meter.snapshot()
+            calls_after = _command_calls(client)
+            rss = meter.peak_rss("workers")
+            restarts = fleet.restarts
+        if done.get("wall_s") is None:
+            raise ChildFailed(f"the run did not finish: {done}")
+        pages = len(world.jobs)
+        figures = _rates(pages, done["wall_s"])
+        timeline = done["timeline"]
+        figures["discovery_s"] = timeline.get("all_discovered")
+        figures["first_page_s"] = timeline.get("first_settled")
+        if figures["discovery_s"] is not None and done["wall_s"] > figures["discovery_s"]:
+            # Once every job is known: how fast the rest goes, the Semrush gate out of the way.
+            rest = pages - done["settled_when_all_discovered"]
+            figures["after_discovery_pages_per_s"] = round(
+                rest / (done["wall_s"] - figures["discovery_s"]), 1
+            )
+        cpu = {
+            "crawler": meter.cpu_between(before, after, "workers"),
+            "master": meter.cpu_between(before, after, "master"),
+            "redis": meter.cpu_between(before, after, "redis"),
+            "web": meter.cpu_between(before, after, "web"),
+        }
+        figures.update(_per_1k(cpu, pages))
+        figures["foreign_cpu_pct"] = meter.foreign_load(before, after)
+        figures["cpu_total_per_1k"] = round(
+            sum(figures[f"cpu_{k}_per_1k"] for k in ("crawler", "master", "redis")), 3
+        )
+        figures["peak_rss_mb"] = round(max(rss) / MB, 1)
+        figures["peak_rss_mb_each"] = [round(r / MB, 1) for r in rss]
+        calls = {k: calls_after.get(k, 0) - calls_before.get(k, 0) for k in calls_after}
+        for name, count in done["own_commands"].items():
+            calls[name] = calls.get(name, 0) - count
+        figures["redis_cmds_per_page"] = round(sum(calls.values()) / pages, 2)
+        figures["redis_top_per_page"] = {
+            k: round(v / pages, 2) for k, v in sorted(calls.items(), key=lambda kv: -kv[1])[:8] if v > 0
+        }
+        figures["worker_restarts"] = restarts
+        summary = done.get("summary")
+        if not summary or not Path(summary).exists():
+            raise ChildFailed(f"no summary written: {summary}")
+        check = verify(world, read_manifest(Path(summary).parent / "manifest.jsonl"), out)
+        figures["verified"] = check.as_dict()
+        figures["outcomes_digest"] = _digest(check.outcomes)
+        return figures
+
+    def _wait_for_workers(self, client: redis.Redis, processes: int) -> None:
+        """Every worker process has fetched from Redis once: they are up and idle."""
+        deadline = time.monotonic() + self.remaining(90)
+        while client.zcard("dramatiq:__heartbeats__") < processes:
+            if time.monotonic() > deadline:
+                raise ChildFailed(f"{processes} worker processes did not start within 90 s")
+            time.sleep(0.1)
+        time.sleep(0.5)  # the last consumers of each process settle into their polling
+
+
+# --- figures -------------------------------------------------------------------------------------
+
+
+def _rates(pages: int, wall_s: float) -> dict[str, Any]:
+    return {"pages": pages, "wall_s": round(wall_s, 3), "pages_per_s": round(pages / wall_s, 1)}
+
+
+def _per_1k(cpu: dict[str, float], pages: int) -> dict[str, float]:
+    return {f"cpu_{k}_per_1k": round(v * 1000 / pages, 3) for k, v in cpu.items()}
+
+
+def _command_calls(client: redis.Redis) -> dict[str, int]:
+    """Calls per command since Redis started (commands run inside Lua scripts included), INFO aside."""
+    stats = client.info("commandstats")
+    return {
+        name.removeprefix("cmdstat_"): int(value["calls"])
+        for name, value in stats.items()
+        if name not in ("cmdstat_info",)
+    }
+
+
+def _digest(outcomes: dict[tuple[str, int], str]) -> str:
+    """A short fingerprint of which jobs were saved and which failed for which reason."""
+    text = json.dumps(sorted([list(k) + [v] for k, v in outcomes.items()]))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _brief(figures: dict[str, Any]) -> str:
+    if "error" in figures:
+        return f"ERROR {figures['error']}"
+    ok = "verified" if figures["verified"]["ok"] else f"NOT VERIFIED: {figures['verified']['problems'][:3]}"
+    return (
+        f"{figures['pages_per_s']} pages/s, wall {figures['wall_s']} s, "
+        f"CPU {figures['cpu_crawler_per_1k']} s/1k pages, "
+        f"other programs {figures['foreign_cpu_pct']} % CPU, {ok}"
+    )
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+# --- comparison and targets ----------------------------------------------------------------------
+
+
+def compare(results: dict[str, ProfileResult]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Ratios of every WorkerPool configuration to the loop, and the issue's targets."""
+    report: dict[str, Any] = {}
+    targets: list[dict[str, Any]] = []
+    for profile, result in results.items():
+        loop = next(c for c in result.contenders if c.kind == "loop")
+        base = result.medians(loop.name)
+        rows: dict[str, Any] = {loop.name: {"median": base}}
+        digests = {r.get("outcomes_digest") for runs in result.runs.values() for r in runs}
+        for contender in result.contenders:
+            if contender.kind == "loop":
+                continue
+            med = result.medians(contender.name)
+            ratios = {
+                "pages_per_s": _ratio(med.get("pages_per_s"), base.get("pages_per_s")),
+                "wall_s": _ratio(med.get("wall_s"), base.get("wall_s")),
+                "cpu_crawler_per_1k": _ratio(med.get("cpu_crawler_per_1k"), base.get("cpu_crawler_per_1k")),
+                "cpu_total_per_1k": _ratio(med.get("cpu_total_per_1k"), base.get("cpu_crawler_per_1k")),
+            }
+            rows[contender.name] = {"median": med, "ratio_to_loop": ratios}
+            main = contender.in_flight == loop.in_flight and (contender.processes, contender.threads) == (
+                loop.processes,
+                loop.threads,
+            )
+            if profile == "clean" and main:
+                targets.append(
+                    _target(
+                        profile, contender, "pages/s vs loop", ratios["pages_per_s"], PPS_RATIO_MIN, "min"
+                    )
+                )
+                targets.append(
+                    _target(
+                        profile,
+                        contender,
+                        "worker CPU-s/1k vs loop",
+                        ratios["cpu_crawler_per_1k"],
+                        CPU_RATIO_MAX,
+                        "max",
+                    )
+                )
+            if profile == "clean" and contender.threads == RSS_AT_THREADS:
+                targets.append(
+                    _target(
+                        profile, contender, "peak RSS MB/worker", med.get("peak_rss_mb"), RSS_MB_MAX, "max"
+                    )
+                )
+            if profile == "realistic" and main:
+                targets.append(
+                    _target(profile, contender, "wall time vs loop", ratios["wall_s"], WALL_RATIO_MAX, "max")
+                )
+                same = len(digests) == 1 and None not in digests
+                name = "same pages saved, same failures"
+                targets.append(
+                    {"profile": profile, "contender": contender.name, "target": name,
+                     "value": same, "limit": True, "ok": same}
+                )  # fmt: skip
+        if len(result.contenders) > 2:
+            rows["scaling"] = _scaling(result)
+        report[profile] = rows
+    return report, targets
+
+
+def _scaling(result: ProfileResult) -> list[dict[str, Any]]:
+    pool = sorted((c for c in result.contenders if c.kind == "workerpool"), key=lambda c: c.processes)
+    first = result.medians(pool[0].name).get("pages_per_s")
+    out = []
+    for c in pool:
+        pps = result.medians(c.name).get("pages_per_s")
+        out.append({"config": c.name, "pages_per_s": pps, "vs_first": _ratio(pps, first)})
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+def _target(
+    profile: str, contender: Contender, name: str, value: float | None, limit: float, kind: str
+) -> dict[str, Any]:
+    ok = value is not None and (value >= limit if kind == "min" else value <= limit)
+    return {"profile": profile, "contender": contender.name, "target": name, "value": value,
+            "limit": f"{'>=' if kind == 'min' else '<='} {limit:g}", "ok": ok}  # fmt: skip
+
+
+# --- printing ------------------------------------------------------------------------------------
+
+_COLUMNS = (
+    ("pages/s", "pages_per_s"),
+    ("wall s", "wall_s"),
+    ("CPU/1k crawler", "cpu_crawler_per_1k"),
+    ("master", "cpu_master_per_1k"),
+    ("redis", "cpu_redis_per_1k"),
+    ("web", "cpu_web_per_1k"),
+    ("peak RSS MB", "peak_rss_mb"),
+    ("redis cmds/page", "redis_cmds_per_page"),
+    ("discovery s", "discovery_s"),
+    ("pages/s after", "after_discovery_pages_per_s"),
+    ("other CPU %", "foreign_cpu_pct"),
+)
+#: Above this share of the machine's CPU used by other programs during a run, its figures are flagged.
+FOREIGN_WARN_PCT = 10.0
+
+
+def render(results: dict[str, ProfileResult], report: dict[str, Any], targets: list[dict[str, Any]]) -> str:
+    lines: list[str] = []
+    for profile, result in results.items():
+        w = result.world
+        lines += [
+            "",
+            f"== profile {profile}: {w['jobs']} pages, {w['countries']} countries, median latency "
+            f"{w['median_latency_ms']} ms (max {w['max_latency_ms']}), median {w['median_bytes']:,} bytes, "
+            f"failures {w['failures'] or 'none'}, keep-alive {'on' if w['keep_alive'] else 'off'}",
+            "   medians of verified runs; CPU in CPU-seconds per 1,000 pages; 'crawler' = the loop's "
+            "process or all worker processes",
+        ]
+        header = f"   {'contender':<22}{'runs':>5}" + "".join(f"{label:>16}" for label, _ in _COLUMNS)
+        lines.append(header)
+        for contender in result.contenders:
+            runs = result.runs.get(contender.name, [])
+            ok = sum(1 for r in runs if r.get("verified", {}).get("ok"))
+            med = report[profile][contender.name]["median"]
+            cells = "".join(f"{_fmt(med.get(key)):>16}" for _, key in _COLUMNS)
+            lines.append(f"   {contender.name:<22}{f'{ok}/{len(runs)}':>5}{cells}")
+        for contender in result.contenders:
+            ratios = report[profile][contender.name].get("ratio_to_loop")
+            if ratios:
+                lines.append(
+                    f"   {contender.name} / loop: pages/s x{_fmt(ratios['pages_per_s'])}, "
+                    f"wall x{_fmt(ratios['wall_s'])}, "
+                    f"crawler CPU/1k x{_fmt(ratios['cpu_crawler_per_1k'])}, "
+                    f"all WorkerPool CPU/1k x{_fmt(ratios['cpu_total_per_1k'])}"
+                )
+        for row in report[profile].get("scaling", []):
+            lines.append(
+                f"   scaling {row['config']}: {_fmt(row['pages_per_s'])} pages/s "
+                f"(x{_fmt(row['vs_first'])} of 1 process)"
+            )
+        noisy = [
+            r for rs in result.runs.values() for r in rs if r.get("foreign_cpu_pct", 0) > FOREIGN_WARN_PCT
+        ]
+        if noisy:
+            lines.append(
+                f"   WARNING: other programs used > {FOREIGN_WARN_PCT:g} % of the machine's CPU during "
+                f"{len(noisy)} run(s): throughput figures are disturbed (see 'other CPU %')"
+            )
+        for contender in result.contenders:
+            for run in result.runs.get(contender.name, []):
+                if not run.get("verified", {}).get("ok"):
+                    lines.append(
+                        f"   FAILED RUN {contender.name}: {run['verified']['problems'][:3]} "
+                        f"({run.get('run_dir')})"
+                    )
+    if targets:
+        lines += ["", "== targets"]
+        for t in targets:
+            lines.append(
+                f"   [{'PASS' if t['ok'] else 'MISS'}] {t['profile']} {t['contender']}: {t['target']} = "
+                f"{_fmt(t['value'])} (target {t['limit']})"
+            )
+    return "\n".join(lines)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def install_signal_handlers(max_seconds: float) -> None:
+    """SIGTERM and the --max-seconds alarm unwind the stack, so every ``finally`` stops its processes."""
+
+    def on_alarm(*_: object) -> None:
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)  # once: cleanup must not be interrupted
+        raise BenchTimeout(f"--max-seconds {max_seconds:.0f} ran out")
+
+    def on_term(*_: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.signal(signal.SIGTERM, on_term)
+    signal.setitimer(signal.ITIMER_REAL, max_seconds)
