@@ -47,20 +47,19 @@ _CONNECTION_ERRORS = (
 _ENQUEUE_PATIENCE_S = 30
 _RUN_ID = re.compile(rb"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{4,12}")
 
-# KEYS: acks, msgs, quarantine zset, quarantine hash.  ARGV: data, record id, record JSON, now.
-_QUARANTINE = """
-local found = false
+# KEYS: acks, msgs.  ARGV: the payload, or a string in it; 'exact' or 'contains'.
+# Takes one message this process fetched out of the queue and returns {redis id, payload}.
+_TAKE_FROM_ACKS = """
 for _, id in ipairs(redis.call('smembers', KEYS[1])) do
-  if redis.call('hget', KEYS[2], id) == ARGV[1] then
+  local data = redis.call('hget', KEYS[2], id)
+  if data and ((ARGV[2] == 'exact' and data == ARGV[1])
+               or (ARGV[2] == 'contains' and string.find(data, ARGV[1], 1, true))) then
     redis.call('srem', KEYS[1], id)
     redis.call('hdel', KEYS[2], id)
-    found = id
-    break
+    return {id, data}
   end
 end
-redis.call('hset', KEYS[4], ARGV[2], ARGV[3])
-redis.call('zadd', KEYS[3], ARGV[4], ARGV[2])
-return found
+return false
 """
 
 # KEYS: acks, queue, msgs.  ARGV: ids still held by this process.
@@ -164,6 +163,18 @@ class WorkerPoolBroker(RedisBroker):
     def consumer_class(self) -> type[GuardedConsumer]:
         return GuardedConsumer
 
+    def do_fetch(self, queue_name: str, count: int) -> list[bytes]:
+        """Fetch a batch for a consumer, quarantining oversized payloads before anything decodes them."""
+        batch = self._dispatch("fetch")(queue_name, count)
+        kept = []
+        for data in batch:
+            if data is not None and len(data) > self.max_message_bytes:
+                reason = f"message of {len(data)} bytes exceeds MAX_MESSAGE_BYTES ({self.max_message_bytes})"
+                self.quarantine(queue_name, reason, raw=data)
+            else:
+                kept.append(data)
+        return kept
+
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> GuardedConsumer:
         # Dramatiq prefetches 2 x threads, and the count includes running jobs: a process then
         # hoards slow downloads while others idle. Half of it is one message per thread.
@@ -206,8 +217,19 @@ class WorkerPoolBroker(RedisBroker):
     def all_queue_names(self) -> list[str]:
         return [name for q in QUEUES for name in (q, f"{q}.DQ")]
 
-    def quarantine(self, queue_name: str, raw: bytes, reason: str) -> str:
-        """Move a message that cannot run out of the queue, keeping its raw bytes."""
+    def quarantine(
+        self, queue_name: str, reason: str, *, raw: bytes | None = None, message_id: str | None = None
+    ) -> str:
+        """Move a message that cannot run out of the queue, keeping its raw bytes.
+
+        The message is one this process fetched: found in its acks set by its exact ``raw``
+        payload, or, when only the decoded message is at hand, by its ``message_id``.
+        """
+        keys = [f"{NAMESPACE}:__acks__.{self.broker_id}.{queue_name}", f"{NAMESPACE}:{queue_name}.msgs"]
+        needle, mode = (raw, "exact") if raw is not None else (message_id or "", "contains")
+        found = script(self.client, _TAKE_FROM_ACKS)(keys, [needle, mode])
+        if raw is None:
+            raw = found[1] if found else b""
         record_id = uuid.uuid4().hex
         match = _RUN_ID.search(raw[:4096])
         run_id = match.group().decode() if match else None
@@ -226,13 +248,10 @@ class WorkerPoolBroker(RedisBroker):
             "raw_encoding": encoding,
             "bytes": len(raw),
         }
-        keys = [
-            f"{NAMESPACE}:__acks__.{self.broker_id}.{queue_name}",
-            f"{NAMESPACE}:{queue_name}.msgs",
-            QUARANTINE,
-            QUARANTINE_MSGS,
-        ]
-        script(self.client, _QUARANTINE)(keys, [raw, record_id, json.dumps(record), now_ms()])
+        with self.client.pipeline() as pipe:
+            pipe.hset(QUARANTINE_MSGS, record_id, json.dumps(record))
+            pipe.zadd(QUARANTINE, {record_id: record["at"]})
+            pipe.execute()
         if run_id:
             self.ledger(run_id).reject(record_id, {k: v for k, v in record.items() if k != "raw"})
         logger.error(

@@ -66,11 +66,6 @@ class GuardedConsumer(_RedisConsumer):
                 )
 
     def __next__(self) -> MessageProxy | None:
-        cache = self.message_cache
-        if cache and cache[0] is not None and len(cache[0]) > self.broker.max_message_bytes:
-            data = cache.pop(0)
-            self._quarantine(data, f"message of {len(data)} bytes exceeds MAX_MESSAGE_BYTES")
-            return None
         try:
             proxy = super().__next__()
         except DecodeError as e:
@@ -80,6 +75,11 @@ class GuardedConsumer(_RedisConsumer):
             with self.held.lock:
                 self.held.lost_connection.add(self.queue_name)
             raise
+        if proxy is not None and "redis_message_id" not in proxy.options:
+            # Not enqueued by Dramatiq: without its Redis id it could never be acked.
+            reason = "message has no options.redis_message_id: it was not enqueued by Dramatiq"
+            self.broker.quarantine(self.queue_name, reason, message_id=proxy.message_id)
+            return None
         if proxy is not None:
             with self.held.lock:
                 self.held.ids[self.queue_name].add(proxy.options["redis_message_id"])
@@ -134,4 +134,4 @@ class GuardedConsumer(_RedisConsumer):
 
     def _quarantine(self, data: bytes | str, reason: str) -> None:
         raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else bytes(data)
-        self.broker.quarantine(self.queue_name, raw, reason)
+        self.broker.quarantine(self.queue_name, reason, raw=raw)

@@ -80,6 +80,8 @@ def test_bad_messages_are_quarantined_or_dead_lettered_and_neighbours_served(tmp
                 }
             ).encode(),
             "oversized": big.encode(),
+            # Decodes, but without the Redis id Dramatiq adds on enqueue it could never be acked.
+            "not enqueued by Dramatiq": message("fetch_page", good).encode(),
         }
         invalid = {
             "unknown actor": (message("no_such_actor", run_id), "unknown actor 'no_such_actor'"),
@@ -137,6 +139,7 @@ def test_bad_messages_are_quarantined_or_dead_lettered_and_neighbours_served(tmp
         assert kept[payload]["reason"], name
         assert not client.hexists(f"{NS}:fetch.msgs", quarantine_ids[name]), name
     assert "exceeds MAX_MESSAGE_BYTES" in kept[undecodable["oversized"]]["reason"]
+    assert "redis_message_id" in kept[undecodable["not enqueued by Dramatiq"]]["reason"]
 
     # Decodable but invalid: in the DLQ, with the reason in wp:deadletters and in the logs.
     letters = dead_letters(client)

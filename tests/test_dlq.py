@@ -85,7 +85,7 @@ def dead_fetch(
 
 
 def quarantine(settings: Settings, raw: bytes, reason: str = "undecodable payload: JSONDecodeError") -> str:
-    return build_broker(settings).quarantine("fetch", raw, reason)
+    return build_broker(settings).quarantine("fetch", reason, raw=raw)
 
 
 def entries(settings: Settings, *args: str) -> list[dict]:
