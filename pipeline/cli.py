@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -51,8 +52,18 @@ def settings_from(args: argparse.Namespace, **overrides: object) -> Settings:
     )
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run(main: Callable[[], int]) -> None:
-    """Run a command's main and exit with its code; errors of ours become one line."""
+    """Run a command's main and exit with its code; errors of ours become one line.
+
+    SIGTERM and SIGHUP (``timeout``, a closed terminal, a supervisor) stop it like Ctrl-C, so
+    that what it started (workers, the embedded Redis, the demo world) is stopped too.
+    """
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     try:
         code = main()
     except WorkerPoolError as e:

