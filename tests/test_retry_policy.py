@@ -39,7 +39,10 @@ def run_fetch(monkeypatch, tmp_path, *, attempt: int, outcome):
     ledger = FakeLedger()
     broker = SimpleNamespace(ledger=lambda run_id: ledger, run_complete=lambda run_id: None)
     ctx = SimpleNamespace(
-        settings=SETTINGS.with_overrides(output_dir=tmp_path), broker=broker, limits=None, output_root=tmp_path
+        settings=SETTINGS.with_overrides(output_dir=tmp_path),
+        broker=broker,
+        limits=None,
+        output_root=tmp_path,
     )
 
     def fake_download(url, dest, limits, session=None):
