@@ -103,3 +103,15 @@ def test_a_stopped_kickoff_leaves_no_worker_behind(tmp_path, sig):
         for child in children:  # after SIGKILL the embedded Redis outlives kickoff: by design
             with contextlib.suppress(psutil.NoSuchProcess):
                 child.terminate()
+
+
+def test_kickoff_warns_when_redis_may_lose_or_evict_jobs(env, redis_server):
+    client = redis_server.client()
+    client.config_set("appendonly", "no")
+    client.config_set("maxmemory-policy", "allkeys-lru")
+    result = run_command("pipeline.kickoff", ["--countries", "de", "--redis-url", redis_server.url], env)
+    assert result.returncode == 0, result.stderr
+    assert "persistence is off" in result.stderr or "append-only file is off" in result.stderr
+    assert "maxmemory-policy is allkeys-lru" in result.stderr
+    assert result.stdout.startswith("run_id: ")
+    assert client.llen("dramatiq:discover") == 1, "enqueued all the same, with the warning"
