@@ -35,7 +35,7 @@ import threading
 import time
 from contextlib import suppress
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
@@ -204,7 +204,7 @@ def _check_response(response: requests.Response, url: str, limits: FetchLimits) 
     if not 200 <= status < 300:
         reason, detail = f"http_{status}", f"HTTP {status} from {url}"
         if 500 <= status < 600 or status in (408, 429):
-            retry_after = _parse_retry_after(response.headers.get("retry-after"))
+            retry_after = parse_retry_after(response.headers.get("retry-after"))
             raise TransientFetchError(reason, detail, retry_after=retry_after)
         raise PermanentFetchError(reason, detail)
     mime = response.headers.get("content-type", "").partition(";")[0].strip().lower()
@@ -238,9 +238,12 @@ def _save_body(response: requests.Response, dest: Path, url: str, job: _Job) -> 
     return size, digest.hexdigest()
 
 
-def _parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header (seconds or HTTP-date); None if absent or bad."""
-    if not value:
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date); None if unusable.
+
+    Used for sites and for Semrush alike.
+    """
+    if not value or not value.strip():
         return None
     value = value.strip()
     if value.isdigit():
@@ -249,9 +252,9 @@ def _parse_retry_after(value: str | None) -> float | None:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    if when.tzinfo is None:
+    if when.tzinfo is None:  # "-0000": UTC by RFC 5322
         when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 # --- classification of library exceptions ------------------------------------------------------

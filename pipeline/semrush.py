@@ -7,18 +7,16 @@ Pacing, retries and the cluster-wide rate limit belong to the caller; this modul
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import re
-import time
 from dataclasses import asdict, dataclass
-from datetime import timezone
 from typing import Any
 
 import requests
 from bs4 import BeautifulSoup, SoupStrainer, Tag
 
 from .errors import CountryNotRanked, NoRankingTable, SemrushError, SemrushUnavailable
+from .fetch import parse_retry_after
 
 log = logging.getLogger(__name__)
 
@@ -209,22 +207,6 @@ _BROWSER_HEADERS = {
     "Accept-Encoding": "gzip, deflate",
     "Upgrade-Insecure-Requests": "1",
 }
-
-
-def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date); None if unusable."""
-    if not value or not value.strip():
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:  # "-0000": UTC by RFC 5322
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def fetch_ranking(

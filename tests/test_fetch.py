@@ -35,7 +35,7 @@ from hostile_servers import (
 )
 
 from pipeline.errors import FetchError, PermanentFetchError, TransientFetchError
-from pipeline.fetch import FetchLimits, FetchResult, _parse_retry_after, download, session_for_thread
+from pipeline.fetch import FetchLimits, FetchResult, download, parse_retry_after, session_for_thread
 from pipeline.settings import Settings
 
 LIMITS = dataclasses.replace(
@@ -397,7 +397,7 @@ def test_503_with_retry_after_date(dest: Path) -> None:
     ],
 )
 def test_parse_retry_after(value: str | None, expected: float | None) -> None:
-    assert _parse_retry_after(value) == expected
+    assert parse_retry_after(value) == expected
 
 
 @pytest.mark.parametrize("content_type", ["application/octet-stream", "image/png", "application/json"])
