@@ -279,13 +279,6 @@ class WorkerPoolBroker(RedisBroker):
         )
         return int(dead), int(moved)
 
-    def check_connection(self) -> dict[str, str]:
-        """Ping Redis; return its INFO. Raises RedisUnavailable with the URL."""
-        try:
-            return self.ledger_client.info()
-        except redis.RedisError as e:
-            raise RedisUnavailable(f"cannot reach Redis at {redact(self.settings.redis_url)}: {e}") from None
-
 
 def redact(url: str) -> str:
     """A Redis URL without its password, for messages and logs."""
@@ -333,10 +326,4 @@ def install(settings: Settings) -> WorkerPoolBroker:
             )
         _installed = build_broker(settings)
         dramatiq.set_broker(_installed)
-    return _installed
-
-
-def installed() -> WorkerPoolBroker:
-    if _installed is None:
-        raise RuntimeError("pipeline.broker.install() has not been called")
     return _installed
