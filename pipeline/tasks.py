@@ -31,7 +31,7 @@ from .ledger import Start
 from .report import iso_now, write_report
 from .semrush import fetch_ranking, parse_ranking, ranking_url
 from .settings import Settings
-from .storage import link_or_copy, remove_partials, safe_join, write_bytes_atomic
+from .storage import link_or_copy, remove_partials, safe_join, write_bytes_atomic, write_json_atomic
 from .throttle import GateBusy, SemrushGate
 
 logger = logging.getLogger("pipeline.tasks")
@@ -127,11 +127,14 @@ def discover_country(ctx: Context, run_id: str, country: str) -> None:
             )
             raise dramatiq.Retry(str(e), delay=delay) from None
         discovery.update(status="failed", reason=f"{type(e).__name__}: {e}", jobs=0)
-        _, complete = ledger.record_discovery(country, [], discovery)
+        ledger.record_discovery(country, [], discovery)
         logger.error("no ranking for this country", extra={**log, "error": discovery["reason"]})
         return
     jobs = [FetchJob.create(run_id, country, s.position, s.domain, settings.site_url_template) for s in sites]
-    discovery.update(status="ok", jobs=len(jobs))
+    # What was read from the page (position, domain, visits, pages per visit, bounce rate, change).
+    ranking_path = f"{run_id}/_sources/{country}.json"
+    write_json_atomic(safe_join(settings.output_dir, ranking_path), [site.to_dict() for site in sites])
+    discovery.update(status="ok", jobs=len(jobs), ranking=ranking_path)
     recorded, _ = ledger.record_discovery(country, jobs, discovery)
     if not recorded:
         return

@@ -49,6 +49,11 @@ def test_run_downloads_every_page_and_writes_one_summary(
     assert next(line for line in run.manifest if line["domain"] == flaky)["attempts"] == 2
     assert {f["domain"] for f in run.summary["failures"]} == failed
 
+    # What was read from each ranking page is kept beside it, with the values Semrush showed.
+    ranking = json.loads((crawl_settings.output_dir / run_id / "_sources" / "angola.json").read_text())
+    assert [r["domain"] for r in ranking] == [s.domain for s in demo_world.rankings["angola"]]
+    assert ranking[0]["visits"] == 9878417 and ranking[2]["change"] == 2  # real values, chatgpt.com "up 2"
+
     # Download once per run: a domain ranked by several countries was fetched once, then linked.
     reused = [line for line in run.manifest if line["reused"]]
     assert reused and run.summary["throughput"]["fetches_saved_by_dedup"] == len(reused)
