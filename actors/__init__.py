@@ -9,16 +9,23 @@ itself lives in :mod:`pipeline.tasks`; here are only the declarations and their 
 
 from __future__ import annotations
 
+import sys
+
 import dramatiq
 
 from pipeline import logs, tasks
 from pipeline.broker import install
+from pipeline.errors import WorkerPoolError
 from pipeline.jobs import discover_country_schema, fetch_page_schema, summarize_schema
 from pipeline.settings import get_settings
 
 settings = get_settings()
 logs.setup(settings)
-broker = install(settings)
+try:
+    broker = install(settings)
+except WorkerPoolError as e:  # `dramatiq actors` would show it as a traceback
+    print(f"error: {e.describe()}", file=sys.stderr)
+    sys.exit(e.exit_code)
 context = tasks.Context(settings=settings, broker=broker)
 
 

@@ -316,7 +316,12 @@ _installed: WorkerPoolBroker | None = None
 
 
 def install(settings: Settings) -> WorkerPoolBroker:
-    """Build the broker once per process and make it Dramatiq's global broker."""
+    """Build the broker once per process and make it Dramatiq's global broker.
+
+    Raises:
+        RedisUnavailable: REDIS_URL is unset or Redis does not answer (a worker started against
+            the wrong URL says so at once instead of retrying forever).
+    """
     global _installed
     if _installed is None:
         if not settings.redis_url:
@@ -324,6 +329,11 @@ def install(settings: Settings) -> WorkerPoolBroker:
                 "REDIS_URL is not set",
                 hint="workers need the Redis of the run: set REDIS_URL, or use kickoff --local",
             )
-        _installed = build_broker(settings)
+        broker = build_broker(settings)
+        try:
+            broker.ledger_client.ping()
+        except redis.RedisError as e:
+            raise RedisUnavailable(f"cannot reach Redis at {redact(settings.redis_url)}: {e}") from None
+        _installed = broker
         dramatiq.set_broker(_installed)
     return _installed

@@ -30,6 +30,10 @@ from .settings import Settings
 
 logger = logging.getLogger("pipeline.workers")
 
+#: Exit codes of a `dramatiq` command that could not start: its module did not import (2), or
+#: Redis did not answer (3). Restarting at once would only spin.
+START_FAILURES = (2, 3)
+
 
 def worker_command(threads: int, shutdown_timeout_ms: int, modules: Sequence[str] = ()) -> list[str]:
     """``modules``: more modules of actors to import after ``actors`` (tests add a crashing one)."""
@@ -67,6 +71,8 @@ class WorkerFleet:
         self.env = {**os.environ, **settings.to_environ(), "PYTHONUNBUFFERED": "1", **(extra_env or {})}
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * processes
         self.restarts = 0
+        self._not_before = [0.0] * processes
+        self._backoff = [0.0] * processes
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._supervisor: threading.Thread | None = None
@@ -111,11 +117,22 @@ class WorkerFleet:
                 for i, proc in enumerate(self.procs):
                     if proc is None or proc.poll() is None or self._stopping.is_set():
                         continue
-                    logger.warning(
-                        "worker process exited; starting it again",
-                        extra={"pid": proc.pid, "exit_code": proc.returncode, "worker": i},
-                    )
+                    now = time.monotonic()
+                    if not self._not_before[i]:
+                        # One that could not start (Redis not up yet, say) backs off, up to 10 s;
+                        # one that was killed comes back at once.
+                        failed_start = proc.returncode in START_FAILURES
+                        self._backoff[i] = min(10.0, self._backoff[i] * 2 or 1.0) if failed_start else 0.0
+                        self._not_before[i] = now + self._backoff[i]
+                        logger.warning(
+                            "worker process exited; starting it again",
+                            extra={"pid": proc.pid, "exit_code": proc.returncode, "worker": i,
+                                   "delay_s": self._backoff[i]},
+                        )  # fmt: skip
+                    if now < self._not_before[i]:
+                        continue
                     _kill_group(proc.pid)  # its children, if the main process died alone
+                    self._not_before[i] = 0.0
                     self.procs[i] = self._spawn(i)
                     self.restarts += 1
 

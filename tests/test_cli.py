@@ -115,3 +115,13 @@ def test_kickoff_warns_when_redis_may_lose_or_evict_jobs(env, redis_server):
     assert "maxmemory-policy is allkeys-lru" in result.stderr
     assert result.stdout.startswith("run_id: ")
     assert client.llen("dramatiq:discover") == 1, "enqueued all the same, with the warning"
+
+
+@pytest.mark.parametrize(
+    ("redis_url", "message"),
+    [(None, "REDIS_URL is not set"), ("redis://127.0.0.1:1/0", "cannot reach Redis at redis://127.0.0.1:1/0")],
+)
+def test_a_worker_without_its_redis_says_so_and_exits(env, redis_url, message):
+    env = {**env, "REDIS_URL": redis_url} if redis_url else {k: v for k, v in env.items() if k != "REDIS_URL"}
+    result = run_command("dramatiq", ["actors", "--processes", "1", "--threads", "1"], env, timeout=60)
+    check_error(result, errors.EXIT_REDIS, message, "hint:")
