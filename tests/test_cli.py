@@ -119,7 +119,10 @@ def test_kickoff_warns_when_redis_may_lose_or_evict_jobs(env, redis_server):
 
 @pytest.mark.parametrize(
     ("redis_url", "message"),
-    [(None, "REDIS_URL is not set"), ("redis://127.0.0.1:1/0", "cannot reach Redis at redis://127.0.0.1:1/0")],
+    [
+        (None, "REDIS_URL is not set"),
+        ("redis://127.0.0.1:1/0", "cannot reach Redis at redis://127.0.0.1:1/0"),
+    ],
 )
 def test_a_worker_without_its_redis_says_so_and_exits(env, redis_url, message):
     env = {**env, "REDIS_URL": redis_url} if redis_url else {k: v for k, v in env.items() if k != "REDIS_URL"}
