@@ -83,6 +83,11 @@ def storage_path(run_id: str, country: str, rank: int, domain: str) -> str:
     return f"{run_id}/{country}/{rank:02d}-{domain}.html"
 
 
+def job_key(country: str, rank: int) -> str:
+    """A job's identity within its run: ``country/rank``."""
+    return f"{country}/{rank:02d}"
+
+
 def check_path(path: Any, run_id: str) -> str:
     """Relative, normalised and inside the run's folder; symlinks are checked when writing."""
     if not isinstance(path, str) or not path or len(path) > 512 or "\x00" in path or "\\" in path:
@@ -108,7 +113,7 @@ class FetchJob:
     @property
     def key(self) -> str:
         """The job's identity within its run: ``country/rank``."""
-        return f"{self.country}/{self.rank:02d}"
+        return job_key(self.country, self.rank)
 
     def to_body(self) -> dict[str, Any]:
         body = asdict(self)

@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .jobs import job_key
 from .ledger import active_runs, now_ms
 from .settings import Settings
 
@@ -44,7 +45,7 @@ def queued_work(broker: WorkerPoolBroker) -> set[tuple[str, str]]:
                 args = message["args"]
                 if message["actor_name"] == "fetch_page":
                     job = args[0]
-                    found.add((job["run_id"], f"{job['country']}/{int(job['rank']):02d}"))
+                    found.add((job["run_id"], job_key(job["country"], int(job["rank"]))))
                 elif message["actor_name"] == "discover_country":
                     found.add((args[0], f"discover:{args[1]}"))
             except (ValueError, KeyError, TypeError, IndexError):
