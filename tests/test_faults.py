@@ -101,7 +101,7 @@ def test_kill9_one_then_several_workers_repeatedly(tmp_path, redis_server, reque
         kills, trackers = [], []
 
         def kill(index: int) -> None:
-            pid = wait_until(lambda: worker_child(f.procs[index].pid), 20, f"worker {index} to run")
+            pid = wait_until(lambda: worker_child(f.procs[index].pid), 60, f"worker {index} to run")
             k = kill_worker(client, pid, log_dir, min_held=2)
             kills.append(k)
             t = threading.Thread(target=track_recovery, args=(client, k, 45))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 
 import dramatiq
@@ -23,7 +24,8 @@ class Watchdog(Middleware):
 
     Dramatiq returns a dead worker's messages only when a 0.1 % lottery on some later command
     wins, after a 60 s heartbeat timeout: 17 minutes when the cluster is idle. Here it is
-    ``heartbeat_timeout + reclaim_interval`` at most.
+    ``heartbeat_timeout + reclaim_interval`` at most (after a worker's own start or a Redis outage,
+    one ``heartbeat_timeout`` more: long enough for every live worker to heartbeat again).
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -47,9 +49,17 @@ class Watchdog(Middleware):
         interval = self.settings.reclaim_interval
         reap_every = max(1, round(self.settings.reaper_interval / interval))
         tick = 0
+        # While Redis is down no worker can heartbeat: right after it comes back every heartbeat
+        # is stale, live workers' included. Only silence while Redis was reachable means death.
+        reachable_since: float | None = None
         while not self.stopping.wait(interval):
             tick += 1
             try:
+                if reachable_since is None:
+                    broker.ledger_client.ping()
+                    reachable_since = time.monotonic()
+                if time.monotonic() - reachable_since < self.settings.heartbeat_timeout_ms / 1000:
+                    continue
                 dead, moved = broker.reclaim_dead_workers()
                 if dead:
                     logger.warning(
@@ -59,6 +69,7 @@ class Watchdog(Middleware):
                 if tick % reap_every == 0 and self._take_reaper_turn(broker):
                     reap(broker, self.settings)
             except Exception as e:  # Redis down: try again next tick
+                reachable_since = None
                 logger.warning("watchdog pass failed", extra={"error": repr(e)})
 
     def _take_reaper_turn(self, broker) -> bool:
