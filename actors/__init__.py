@@ -33,7 +33,7 @@ context = tasks.Context(settings=settings, broker=broker)
     queue_name="discover",
     schema=discover_country_schema,
     max_retries=settings.semrush_max_attempts + 2,  # the task records the failure itself before that
-    priority=10,
+    priority=0,
 )
 def discover_country(run_id: str, country: str) -> None:
     """Read one country's ranking page and fan out its download jobs."""
@@ -44,7 +44,7 @@ def discover_country(run_id: str, country: str) -> None:
     queue_name="fetch",
     schema=fetch_page_schema,
     max_retries=settings.max_attempts + 2,  # the task records the failure itself before that
-    priority=0,
+    priority=10,
 )
 def fetch_page(job: dict) -> None:
     """Download one page to the path its job names, and settle the job."""

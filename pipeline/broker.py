@@ -8,12 +8,16 @@ Redis it started.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import os
 import re
 import threading
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import dramatiq
 import redis
@@ -27,6 +31,7 @@ from .consumer import GuardedConsumer, _Held
 from .errors import RedisUnavailable
 from .ledger import RunLedger, now_ms
 from .middleware import DurableRetries, GracefulShutdown, MalformedMessages, PoisonGuard, Watchdog
+from .middleware.poison import DELIVERIES
 from .scripts import script
 from .settings import Settings
 
@@ -79,6 +84,28 @@ end
 return n
 """
 
+# KEYS: heartbeats, acks, msgs, deliveries.  ARGV: now ms, broker id, redis message id, message id.
+# Dramatiq's ack (heartbeat, then out of the acks set and the queue) plus the poison guard's
+# "this delivery finished": one round trip where they were two.
+_ACK_FINISHED = """
+redis.call('zadd', KEYS[1], ARGV[1], ARGV[2])
+if redis.call('srem', KEYS[2], ARGV[3]) > 0 then redis.call('hdel', KEYS[3], ARGV[3]) end
+redis.call('hdel', KEYS[4], ARGV[4])
+return 1
+"""
+
+# KEYS: heartbeats.  ARGV: now ms, broker id, namespace, then (queue, redis id, payload) triples.
+# Dramatiq's "enqueue" dispatch for many messages at once.
+_ENQUEUE_MANY = """
+redis.call('zadd', KEYS[1], ARGV[1], ARGV[2])
+for i = 4, #ARGV, 3 do
+  local queue = ARGV[3] .. ':' .. ARGV[i]
+  redis.call('hset', queue .. '.msgs', ARGV[i + 1], ARGV[i + 2])
+  redis.call('rpush', queue, ARGV[i + 1])
+end
+return (#ARGV - 3) / 3
+"""
+
 # KEYS: heartbeats.  ARGV: namespace, cutoff (ms), queue names...
 # Dramatiq does this too, but only on a 0.1 % lottery per command: minutes to hours when idle.
 # The messages go back to the head of their queue (LPUSH), not its tail: they had already
@@ -105,8 +132,7 @@ return {#dead, moved}
 """
 
 
-#: Rides out a Redis restart: every enqueue (kickoff, retries, pipelines, groups) and barrier call.
-ride_out_redis_outage = tenacity.retry(
+_OUTAGE_RETRYING = tenacity.Retrying(
     retry=tenacity.retry_if_exception_type(_CONNECTION_ERRORS),
     wait=tenacity.wait_exponential(multiplier=0.2, max=5),
     stop=tenacity.stop_after_delay(_ENQUEUE_PATIENCE_S),
@@ -116,6 +142,27 @@ ride_out_redis_outage = tenacity.retry(
     ),
     reraise=True,
 )
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def ride_out_redis_outage(func: _F) -> _F:
+    """Rides out a Redis restart: every enqueue (kickoff, retries, pipelines, groups) and barrier call.
+
+    The first attempt is a plain call: tenacity's per-call bookkeeping (a copy of its state) cost
+    4 % of a worker's CPU when every call paid it.
+    """
+
+    @functools.wraps(func)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except _CONNECTION_ERRORS:
+            pass
+        return _OUTAGE_RETRYING.copy()(func, *args, **kwargs)
+
+    return call  # type: ignore[return-value]
+
 
 # KEYS: barrier.  ARGV: amount, minimum, ttl ms.  Dramatiq's RedisBackend does this with a
 # WATCH/MULTI/EXEC loop that the 20 pages of a country retry against each other.
@@ -158,6 +205,7 @@ class WorkerPoolBroker(RedisBroker):
         self.held = _Held()
         self._ledger_client: redis.Redis | None = None
         self._ledger_client_lock = threading.Lock()
+        self._batch = threading.local()
 
     @property
     def consumer_class(self) -> type[GuardedConsumer]:
@@ -186,6 +234,34 @@ class WorkerPoolBroker(RedisBroker):
     def enqueue(self, message: dramatiq.Message, *, delay: int | None = None) -> dramatiq.Message:
         """Enqueue, riding out a Redis restart: used by kickoff, retries, pipelines and groups alike."""
         return super().enqueue(message, delay=delay)
+
+    def do_enqueue(self, queue_name: str, redis_message_id: str, payload: bytes) -> None:
+        pending = getattr(self._batch, "pending", None)
+        if pending is None:
+            self._dispatch("enqueue")(queue_name, redis_message_id, payload)
+        else:
+            pending += [queue_name, redis_message_id, payload]
+
+    @contextmanager
+    def batched_enqueues(self) -> Iterator[None]:
+        """Enqueues made by this thread inside the block go to Redis in one round trip at its end.
+
+        A country's group of 20 downloads cost 20 round trips (5 % of a worker's CPU) before.
+        If the block raises, nothing is enqueued.
+        """
+        self._batch.pending = []
+        try:
+            yield
+            pending = self._batch.pending
+        finally:
+            self._batch.pending = None
+        if pending:
+            self._enqueue_many(pending)
+
+    @ride_out_redis_outage
+    def _enqueue_many(self, triples: list[str | bytes]) -> None:
+        keys = [f"{NAMESPACE}:__heartbeats__"]
+        script(self.client, _ENQUEUE_MANY)(keys, [now_ms(), self.broker_id, NAMESPACE, *triples])
 
     def discovery_pipeline(self, run_id: str, country: str) -> dramatiq.pipeline:
         """discover_country, then summarize: a country whose discovery fails, or that has no
@@ -259,6 +335,16 @@ class WorkerPoolBroker(RedisBroker):
             extra={"queue": queue_name, "reason": reason, "quarantine_id": record_id, "run_id": run_id},
         )
         return record_id
+
+    def ack_finished(self, queue_name: str, redis_message_id: str, message_id: str) -> None:
+        """Ack a message this process fetched and clear its poison-guard delivery count."""
+        keys = [
+            f"{NAMESPACE}:__heartbeats__",
+            f"{NAMESPACE}:__acks__.{self.broker_id}.{queue_name}",
+            f"{NAMESPACE}:{queue_name}.msgs",
+            DELIVERIES,
+        ]
+        script(self.client, _ACK_FINISHED)(keys, [now_ms(), self.broker_id, redis_message_id, message_id])
 
     def requeue_stranded(self, queue_name: str, keep: set[str]) -> int:
         keys = [

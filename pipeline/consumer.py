@@ -20,10 +20,12 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
+import redis
 from dramatiq.brokers.redis import _RedisConsumer
 from dramatiq.errors import ConnectionClosed, DecodeError
 
 from .middleware.deadletter import record_dead_letter
+from .middleware.poison import DELIVERIES
 
 if TYPE_CHECKING:
     from dramatiq import MessageProxy
@@ -92,11 +94,23 @@ class GuardedConsumer(_RedisConsumer):
 
     def ack(self, message: MessageProxy) -> None:
         self._release(message)
-        super().ack(message)
+        if self.queue_name.endswith(".DQ"):
+            # Moved from the delay queue to its queue, where it may already run: its delivery
+            # count is not ours to clear.
+            super().ack(message)
+            return
+        try:
+            self.broker.ack_finished(self.queue_name, message.options["redis_message_id"], message.message_id)
+        except redis.ConnectionError as e:
+            raise ConnectionClosed(e) from None
+        finally:
+            self.queued_message_ids.discard(message.message_id)
 
     def nack(self, message: MessageProxy) -> None:
         self._release(message)
         super().nack(message)
+        if not self.queue_name.endswith(".DQ"):
+            self.broker.ledger_client.hdel(DELIVERIES, message.message_id)
 
     def requeue(self, messages: list[MessageProxy]) -> None:
         for message in messages:

@@ -281,8 +281,9 @@ class RunLedger:
         raw = self.client.hget(self.k_jobs, key)
         return json.loads(raw) if raw else None
 
-    def touch(self, key: str) -> None:
-        self.client.zadd(self.k_touched, {key: now_ms()})
+    def touch(self, key: str, *, at_ms: int | None = None) -> None:
+        """Note progress on a job or discovery; ``at_ms`` in the future: it is scheduled for then."""
+        self.client.zadd(self.k_touched, {key: now_ms() if at_ms is None else at_ms})
 
     def unsettle(self, job_key: str) -> bool:
         """Forget a job's outcome so that a requeued message can settle it again."""

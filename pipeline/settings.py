@@ -38,7 +38,9 @@ class Settings:
 
     # --- Semrush politeness ------------------------------------------------------------------
     semrush_delay: float = _setting(
-        3.0, "Seconds between two Semrush requests, across the whole cluster (one at a time)."
+        3.0,
+        "Seconds between two Semrush requests, across the whole cluster (one at a time);"
+        " 0: no pacing at all (a local mirror).",
     )
     semrush_max_attempts: int = _setting(5, "Attempts per ranking page on 403/429/5xx/network errors.")
 

@@ -27,7 +27,8 @@ from .broker import WorkerPoolBroker
 from .errors import FetchError, InvalidJob, SemrushError
 from .fetch import FetchLimits, download, session_for_thread
 from .jobs import FetchJob
-from .ledger import Start
+from .ledger import Start, now_ms
+from .middleware import Defer
 from .report import iso_now, write_report
 from .semrush import fetch_ranking, parse_ranking, ranking_url
 from .settings import Settings
@@ -36,8 +37,8 @@ from .throttle import GateBusy, SemrushGate
 
 logger = logging.getLogger("pipeline.tasks")
 
-#: Longest a worker thread waits for its turn at Semrush before it lets the message wait instead.
-GATE_MAX_WAIT_S = 120.0
+#: Set on a discover_country message deferred to its booked turn at Semrush.
+TURN_BOOKED = "semrush_turn_booked"
 #: How often a job polls for the result of the same domain's download by another job of the run.
 PEER_POLL_S = 0.2
 
@@ -104,8 +105,17 @@ def discover_country(ctx: Context, run_id: str, country: str) -> None:
     source_path = f"{run_id}/_sources/{country}.html"
     discovery: dict = {"url": url, "path": None}
     log = {"run_id": run_id, "country": country, "url": url, "attempt": attempt}
+    message = CurrentMessage.get_current_message()
+    if message is not None and not message.options.get(TURN_BOOKED):
+        wait_s = ctx.gate.reserve()
+        if wait_s > ctx.gate.patience_s:  # a later turn: the thread downloads pages meanwhile
+            # Not touched again before its turn, or the reaper would take it as stuck.
+            ledger.touch(f"discover:{country}", at_ms=now_ms() + int(wait_s * 1000))
+            raise Defer(
+                f"Semrush turn in {wait_s:.1f}s", delay=int(wait_s * 1000), options={TURN_BOOKED: True}
+            )
     try:
-        with ctx.gate.turn(max_wait_s=GATE_MAX_WAIT_S):
+        with ctx.gate.turn(max_wait_s=ctx.gate.patience_s):
             body = fetch_ranking(
                 semrush_session(),
                 url,
@@ -117,8 +127,8 @@ def discover_country(ctx: Context, run_id: str, country: str) -> None:
         write_bytes_atomic(safe_join(settings.output_dir, source_path), body)
         discovery["path"] = source_path
         sites = parse_ranking(body, top_n=settings.top_n)
-    except GateBusy as e:
-        raise dramatiq.Retry(str(e), delay=int(e.wait_s * 1000)) from None
+    except GateBusy as e:  # the booked turn came late: come back when the gate is free
+        raise Defer(str(e), delay=int(e.wait_s * 1000 * random.uniform(1.0, 1.5))) from None
     except SemrushError as e:
         if e.transient and attempt < settings.semrush_max_attempts:
             delay = backoff_ms(settings, attempt, e.retry_after)
@@ -144,7 +154,8 @@ def discover_country(ctx: Context, run_id: str, country: str) -> None:
         fetch_page = broker.get_actor("fetch_page")
         group = dramatiq.group([fetch_page.message(job.to_body()) for job in jobs], broker=broker)
         group.add_completion_callback(broker.get_actor("summarize").message(run_id, country))
-        group.run()
+        with broker.batched_enqueues():
+            group.run()
 
 
 def fetch_page(ctx: Context, body: dict) -> None:

@@ -6,8 +6,8 @@ order, ``after_*`` hooks in reverse.
 
 from .malformed import MalformedMessages
 from .poison import PoisonGuard
-from .retries import DurableRetries
+from .retries import Defer, DurableRetries
 from .shutdown import GracefulShutdown
 from .watchdog import Watchdog
 
-__all__ = ["DurableRetries", "GracefulShutdown", "MalformedMessages", "PoisonGuard", "Watchdog"]
+__all__ = ["Defer", "DurableRetries", "GracefulShutdown", "MalformedMessages", "PoisonGuard", "Watchdog"]
