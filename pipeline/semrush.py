@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -87,20 +88,33 @@ def parse_ranking(html: str | bytes, top_n: int = MAX_PUBLIC_ROWS) -> list[Ranke
         raise ValueError(f"top_n must be at least 1, not {top_n}")
     try:
         # The standard library's parser, keeping only the table, reads a well-formed page in a
-        # third of html5lib's time.
+        # fifth of html5lib's time.
         return _parse_soup(BeautifulSoup(html, "html.parser", parse_only=_TABLE_ONLY), top_n)
     except NoRankingTable:
         # html5lib builds the tree as a browser does: it reads broken markup the other cannot.
         return _parse_soup(BeautifulSoup(html, "html5lib"), top_n)
 
 
+def _tags(node: Tag) -> Iterator[Tag]:
+    """The elements under ``node``, in document order.
+
+    Plain walks: bs4's find() and find_all() build a matcher per call, which cost more than the
+    walk itself on a ranking page's 20 rows (3 ms of a page's 9).
+    """
+    return (element for element in node.descendants if isinstance(element, Tag))
+
+
+def _is_row(tag: Tag) -> bool:
+    return tag.name == "tr" and (tag.get("data-test") == "Row" or tag.get("itemprop") == "itemListElement")
+
+
 def _parse_soup(soup: BeautifulSoup, top_n: int) -> list[RankedSite]:
-    body = soup.select_one('tbody[data-test="Body"]')
+    body = soup.find("tbody", attrs={"data-test": "Body"})
     if body is None:
         raise NoRankingTable(
             f"no ranking table on the page (block page? challenge?); title: {_title(soup)!r}"
         )
-    rows = body.select('tr[data-test="Row"], tr[itemprop="itemListElement"]')
+    rows = [tag for tag in _tags(body) if _is_row(tag)]
     if not rows:
         raise NoRankingTable("the ranking table has no rows")
     columns = _columns(soup)
@@ -123,11 +137,11 @@ def _title(soup: BeautifulSoup) -> str:
 
 def _columns(soup: BeautifulSoup) -> dict[str, int]:
     """Which cell holds which value, read from the header when it names them all."""
-    head = soup.select_one('thead[data-test="Head"]')
+    head = soup.find("thead", attrs={"data-test": "Head"})
     if head is None:
         return _DEFAULT_COLUMNS
     found: dict[str, int] = {}
-    for i, th in enumerate(head.find_all("th")):
+    for i, th in enumerate(tag for tag in _tags(head) if tag.name == "th"):
         label = th.get_text(" ", strip=True).lower()
         for word, key in _HEADER_WORDS:
             if word in label:
@@ -137,11 +151,15 @@ def _columns(soup: BeautifulSoup) -> dict[str, int]:
 
 
 def _parse_row(row: Tag, columns: dict[str, int]) -> RankedSite | None:
-    position = _position(row)
-    domain = _domain(row)
+    marked: dict[str, Tag] = {}
+    for tag in _tags(row):
+        if prop := tag.get("itemprop"):
+            marked.setdefault(str(prop), tag)
+    position = _position(marked.get("position"))
+    domain = _domain(row, marked)
     if position is None or domain is None:
         return None
-    cells = row.find_all("td", recursive=False)
+    cells = [child for child in row.children if isinstance(child, Tag) and child.name == "td"]
 
     def cell(key: str) -> Tag | None:
         i = columns[key]
@@ -157,20 +175,21 @@ def _parse_row(row: Tag, columns: dict[str, int]) -> RankedSite | None:
     )
 
 
-def _position(row: Tag) -> int | None:
-    span = row.find(attrs={"itemprop": "position"})
+def _position(span: Tag | None) -> int | None:
     if span is None:
         return None
     text = str(span.get("content") or span.get_text(strip=True))
     return int(text) if text.isdigit() and int(text) > 0 else None
 
 
-def _domain(row: Tag) -> str | None:
-    name = row.find(attrs={"itemprop": "name"})
+def _domain(row: Tag, marked: dict[str, Tag]) -> str | None:
+    name = marked.get("name")
     domain = normalize_domain(name.get_text(strip=True)) if name is not None else None
     if domain is not None:
         return domain
-    link = row.find("a", attrs={"itemprop": "url"}) or row.find("a", href=_OVERVIEW_HREF)
+    link = marked.get("url")
+    if link is None or link.name != "a":
+        link = row.find("a", attrs={"itemprop": "url"}) or row.find("a", href=_OVERVIEW_HREF)
     match = _OVERVIEW_HREF.search(str(link.get("href", ""))) if link is not None else None
     return normalize_domain(match.group(1)) if match else None
 
@@ -189,9 +208,10 @@ def _change(cell: Tag | None) -> int | None:
     if cell is None:
         return None
     text = cell.get_text("", strip=True)
-    if cell.find(attrs={"data-ui-name": "ArrowUp"}) is not None:
+    arrows = {tag.get("data-ui-name") for tag in _tags(cell)}
+    if "ArrowUp" in arrows:
         sign = 1
-    elif cell.find(attrs={"data-ui-name": "ArrowDown"}) is not None:
+    elif "ArrowDown" in arrows:
         sign = -1
     else:
         return 0 if text in _UNCHANGED else None
