@@ -2,7 +2,7 @@
 
 No figure is asserted against a target here: a test machine's speed says nothing. What must hold
 is that the world is deterministic, the verifier catches a wrong file, outcome or duplicate, and a
-quick run of both contenders through real processes finishes, verifies and reports every figure.
+quick run of every contender through real processes finishes, verifies and reports every figure.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ pytest.importorskip("psutil")
 
 from conftest import run_command  # noqa: E402
 
-from pipeline.bench.world import HTTP_404, HTTP_500_ONCE, World, verify  # noqa: E402
+from pipeline.bench.world import HTTP_404, HTTP_500_ONCE, World, records_from_files, verify  # noqa: E402
 from pipeline.countries import resolve_many  # noqa: E402
 from pipeline.jobs import check_domain  # noqa: E402
 from pipeline.semrush import parse_ranking  # noqa: E402
@@ -83,6 +83,23 @@ def test_verification_accepts_a_correct_crawl_and_catches_mistakes(tmp_path: Pat
     assert "jobs not settled" in "\n".join(verify(world, records[1:], tmp_path).problems)
 
 
+def test_records_from_files_show_what_is_missing_or_wrong_on_disk(tmp_path: Path):
+    world = World("clean", 40)
+    for job in world.jobs:
+        path = tmp_path / job.storage_path("plain")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(world.body(job.domain))
+    assert verify(world, records_from_files(world, tmp_path, "plain"), tmp_path).ok
+
+    missing, wrong = world.jobs[3], world.jobs[7]
+    (tmp_path / missing.storage_path("plain")).unlink()
+    (tmp_path / wrong.storage_path("plain")).write_bytes(b"truncated")
+    check = verify(world, records_from_files(world, tmp_path, "plain"), tmp_path)
+    assert not check.ok and (check.saved, check.failed) == (39, 1)
+    text = "\n".join(check.problems)
+    assert f"{missing.key}: failed" in text and f"{wrong.key}:" in text and "not the 50000 served" in text
+
+
 def leftovers(folder: Path) -> list[str]:
     """Processes still running that the benchmark started for ``folder`` (by arguments or OUTPUT_DIR)."""
     import psutil  # noqa: PLC0415 - skipped above when missing
@@ -98,7 +115,7 @@ def leftovers(folder: Path) -> list[str]:
     return found
 
 
-def test_quick_benchmark_runs_both_contenders_and_verifies(tmp_path: Path):
+def test_quick_benchmark_runs_every_contender_and_verifies(tmp_path: Path):
     out = tmp_path / "bench.json"
     result = run_command(
         "pipeline.bench",
@@ -119,6 +136,22 @@ def test_quick_benchmark_runs_both_contenders_and_verifies(tmp_path: Path):
                     "cpu_web_per_1k", "peak_rss_mb", "redis_cmds_per_page"):  # fmt: skip
             assert pool["median"][key] > 0, key
         assert pool["ratio_to_loop"]["pages_per_s"] > 0
+    # The plain Dramatiq + requests actor: in the clean profile only, every page saved as served.
+    plain_name = "plain dramatiq+requests 2x8"
+    assert plain_name not in report["profiles"]["realistic"]["runs"]
+    clean = report["profiles"]["clean"]
+    (plain_run,) = clean["runs"][plain_name]
+    assert plain_run["verified"] == {"ok": True, "problems": [], "saved": 200, "failed": 0}
+    assert plain_run["dead_lettered"] == 0 and plain_run["site_requests"] >= 200
+    plain = clean[plain_name]["median"]
+    for key in ("pages_per_s", "cpu_crawler_per_1k", "cpu_master_per_1k", "cpu_redis_per_1k",
+                "peak_rss_mb", "redis_cmds_per_page"):  # fmt: skip
+        assert plain[key] > 0, key
+    assert set(clean["workerpool 2x8"]["ratio_to_plain"]) == {
+        "pages_per_s", "cpu_crawler_per_1k", "cpu_total_per_1k"
+    }  # fmt: skip
+    assert all(v > 0 for v in clean["workerpool 2x8"]["ratio_to_plain"].values())
+    assert "workerpool 2x8 / plain: pages/s x" in result.stdout
     targets = {(t["profile"], t["target"]) for t in report["targets"]}
     assert ("realistic", "same pages saved, same failures") in targets
     assert next(t for t in report["targets"] if t["target"] == "same pages saved, same failures")["ok"]

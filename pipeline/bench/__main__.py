@@ -1,10 +1,12 @@
 """``python -m pipeline.bench``: measure WorkerPool against a bare aiohttp loop on a simulated web.
 
 Starts a simulated web on 127.0.0.1 (its own process), then per profile runs rounds of: the aiohttp
-loop, then WorkerPool (embedded Redis, ``dramatiq`` worker processes, the master's enqueue) on the
-same jobs. Prints pages/s, CPU-seconds per 1,000 pages (crawler, master, Redis, web apart), peak
-RSS per worker process, Redis commands per page and wall time, as medians and as ratios to the
-loop, then the issue's targets. Every run's files are verified against what the web served.
+loop, in the clean profile the plain Dramatiq + requests actor the issue quotes (its own Redis and
+``dramatiq`` processes), then WorkerPool (embedded Redis, ``dramatiq`` worker processes, the
+master's enqueue) on the same jobs. Prints pages/s, CPU-seconds per 1,000 pages (crawler, master,
+Redis, web apart), peak RSS per worker process, Redis commands per page and wall time, as medians
+and as ratios to the loop and to the plain actor, then the issue's targets. Every run's files are
+verified against what the web served.
 
 Exit status: 0 when every run finished and verified, 1 when one did not, 3 with ``--strict`` when
 a target was missed, 4 when ``--max-seconds`` ran out, 130 when interrupted.
@@ -51,6 +53,9 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
         action="store_true",
         help="clean profile: also 1, 2 and 4 processes at the same total threads",
     )
+    parser.add_argument(
+        "--no-plain", action="store_true", help="skip the plain Dramatiq + requests actor (clean profile)"
+    )
     parser.add_argument("--quick", action="store_true", help="a small smoke run: 200 pages, 1 round, 2 x 8")
     parser.add_argument(
         "--max-seconds", type=float, default=1800.0, help="stop everything after this long (default 1800)"
@@ -86,6 +91,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
     options = Options(
         profiles=profiles,
         scaling=args.scaling,
+        plain=not args.no_plain,
         max_seconds=args.max_seconds,
         run_timeout=args.run_timeout,
         retry_backoff_ms=args.retry_backoff_ms,

@@ -24,6 +24,8 @@ from typing import Any
 
 import psutil
 
+from ..children import stop_with_parent
+
 # --- the child's side -----------------------------------------------------------------------------
 
 
@@ -51,24 +53,34 @@ class ChildFailed(RuntimeError):
 
 
 class Child:
-    """A child in its own process group, whose protocol lines are read by a background thread."""
+    """A child in its own process group, whose protocol lines are read by a background thread.
 
-    def __init__(self, name: str, command: list[str], *, env: dict[str, str], log_path: Path) -> None:
+    ``protocol=False``: a program that does not speak the protocol (the ``dramatiq`` command of
+    the plain actor): its output goes to the log, and :meth:`stop` sends SIGTERM at once, as it
+    would never notice its stdin closing; nor its parent dying, so the kernel sends it SIGTERM then.
+    """
+
+    def __init__(
+        self, name: str, command: list[str], *, env: dict[str, str], log_path: Path, protocol: bool = True
+    ) -> None:
         self.name = name
         self.log_path = log_path
+        self.protocol = protocol
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             self.process = subprocess.Popen(
                 command,
                 env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
+                stdin=subprocess.PIPE if protocol else subprocess.DEVNULL,
+                stdout=subprocess.PIPE if protocol else log,
                 stderr=log,
                 text=True,
                 start_new_session=True,
+                preexec_fn=None if protocol else stop_with_parent,
             )
         self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, name=f"{name}-stdout", daemon=True).start()
+        if protocol:
+            threading.Thread(target=self._read, name=f"{name}-stdout", daemon=True).start()
 
     @property
     def pid(self) -> int:
@@ -102,13 +114,19 @@ class Child:
         self.process.stdin.flush()
 
     def stop(self, grace: float = 5.0) -> None:
-        """Close stdin (a finished child exits), then SIGTERM and SIGKILL its whole group."""
+        """Close stdin (a finished child exits), then SIGTERM and SIGKILL its whole group.
+
+        A child without the protocol gets SIGTERM first, itself only: the ``dramatiq`` command
+        stops its worker processes on its own, and kills them outright if they get a second one.
+        """
         with contextlib.suppress(OSError):
             if self.process.stdin is not None:
                 self.process.stdin.close()
-        try:
-            self.process.wait(grace if self.process.poll() is None else 0)
-        except subprocess.TimeoutExpired:
+        if not self.protocol and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(grace)
+        if self.process.poll() is None:
             kill_group(self.process.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(grace)

@@ -1,10 +1,12 @@
 """Runs the contenders in turn against the simulated web, measures them, verifies them, compares.
 
-One round runs every contender once (the aiohttp loop first, then each WorkerPool configuration),
-so slow drift of the machine hits all of them alike; figures are medians over the rounds and
-WorkerPool's are given as ratios to the loop's. Every WorkerPool run gets a fresh embedded Redis
-and fresh ``dramatiq`` worker processes (started and idle before the clock starts); the clock runs
-from the enqueue of the first country to the summary being written.
+One round runs every contender once (the aiohttp loop first, then in the clean profile the plain
+Dramatiq + requests actor of :mod:`.plain`, then each WorkerPool configuration), so slow drift of
+the machine hits all of them alike; figures are medians over the rounds, and WorkerPool's are
+given as ratios to the loop's and the plain actor's. Every WorkerPool or plain run gets a fresh
+embedded Redis and fresh ``dramatiq`` worker processes (started and idle before the clock starts);
+WorkerPool's clock runs from the enqueue of the first country to the summary being written, the
+plain actor's from the enqueue of the first page to the last message acknowledged.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +34,7 @@ from ..redis_server import EmbeddedRedis
 from ..settings import Settings
 from ..workers import WorkerFleet
 from .procs import Child, ChildFailed, ProcessMeter
-from .world import World, read_manifest, verify
+from .world import World, read_manifest, records_from_files, verify
 
 MB = 1024 * 1024
 #: Targets of the issue: (profile, metric, limit, "min" or "max").
@@ -49,7 +51,7 @@ class BenchTimeout(Exception):
 
 @dataclass(frozen=True)
 class Contender:
-    kind: str  # "loop" or "workerpool"
+    kind: str  # "loop", "plain" or "workerpool"
     processes: int
     threads: int
 
@@ -61,6 +63,8 @@ class Contender:
     def name(self) -> str:
         if self.kind == "loop":
             return f"aiohttp loop x{self.in_flight}"
+        if self.kind == "plain":
+            return f"plain dramatiq+requests {self.processes}x{self.threads}"
         return f"workerpool {self.processes}x{self.threads}"
 
 
@@ -72,6 +76,7 @@ class Options:
     processes: int = 2
     threads: int = 32
     scaling: bool = False
+    plain: bool = True
     max_seconds: float = 1800.0
     retry_backoff_ms: int = 500
     overlap: float = -1.0
@@ -132,7 +137,12 @@ class Bench:
             world = World(profile, self.o.pages, overlap=self.o.overlap, seed=self.o.seed)
             main = (self.o.processes, self.o.threads)
             configs = scaling_configs(*main) if self.o.scaling and profile == "clean" else [main]
-            contenders = [Contender("loop", *main)] + [Contender("workerpool", p, t) for p, t in configs]
+            contenders = [Contender("loop", *main)]
+            if self.o.plain and profile == "clean":
+                # Not in the realistic profile: its failure handling is Dramatiq's bare retries, and
+                # no record of which page failed why is there to compare.
+                contenders.append(Contender("plain", *main))
+            contenders += [Contender("workerpool", p, t) for p, t in configs]
             result = self.results[profile] = ProfileResult(world.describe(), contenders)
             with self._web(world, root / profile) as web_url:
                 for round_no in range(1, self.o.repeat + 1):
@@ -154,11 +164,9 @@ class Bench:
 
     def _one_run(self, world: World, web_url: str, contender: Contender, run_dir: Path) -> dict[str, Any]:
         self.http.post(f"{web_url}/_bench/reset", timeout=10).raise_for_status()
+        runs = {"loop": self._loop_run, "plain": self._plain_run, "workerpool": self._workerpool_run}
         try:
-            if contender.kind == "loop":
-                figures = self._loop_run(world, web_url, contender, run_dir)
-            else:
-                figures = self._workerpool_run(world, web_url, contender, run_dir)
+            figures = runs[contender.kind](world, web_url, contender, run_dir)
         except (ChildFailed, redis.RedisError, OSError, ValueError, KeyError) as e:
             self.errors.append(f"{contender.name}: {e}")
             return {"error": str(e), "verified": {"ok": False, "problems": [str(e)]}, "run_dir": str(run_dir)}
@@ -189,12 +197,16 @@ class Bench:
             env_file=os.devnull,
         )
 
+    @staticmethod
+    def child_env(settings: Settings) -> dict[str, str]:
+        """The environment of a contender's processes: these settings and nothing from a ``.env``."""
+        return {**os.environ, **settings.to_environ(), "WORKERPOOL_ENV_FILE": os.devnull}
+
     # --- the yardstick ------------------------------------------------------------------------------
 
     def _loop_run(self, world: World, web_url: str, contender: Contender, run_dir: Path) -> dict[str, Any]:
         out = run_dir / "out"
-        settings = self.settings(web_url, out)
-        env = {**os.environ, **settings.to_environ(), "WORKERPOOL_ENV_FILE": os.devnull}
+        env = self.child_env(self.settings(web_url, out))
         command = [
             sys.executable, "-m", "pipeline.bench.yardstick", *world.cli_args(),
             "--out", str(out), "--concurrency", str(contender.in_flight),
@@ -219,9 +231,34 @@ class Bench:
         figures.update(_per_1k(cpu, pages))
         figures["foreign_cpu_pct"] = meter.foreign_load(before, after)
         figures["peak_rss_mb"] = round(max(meter.peak_rss("loop")) / MB, 1)
-        check = verify(world, read_manifest(Path(done["manifest"])), out)
-        figures["verified"] = check.as_dict()
-        figures["outcomes_digest"] = _digest(check.outcomes)
+        figures.update(_verified(world, read_manifest(Path(done["manifest"])), out))
+        return figures
+
+    # --- the plain Dramatiq + requests actor --------------------------------------------------------
+
+    def _plain_run(self, world: World, web_url: str, contender: Contender, run_dir: Path) -> dict[str, Any]:
+        out = run_dir / "out"
+        workers_command = [
+            sys.executable, "-m", "dramatiq", "pipeline.bench.plain",
+            "--processes", str(contender.processes), "--threads", str(contender.threads),
+        ]  # fmt: skip
+        feeder_command = [
+            sys.executable, "-m", "pipeline.bench.plain", "--feed", *world.cli_args(), "--out", str(out),
+            "--poll", str(self.o.poll), "--timeout", str(self.remaining(self.o.run_timeout)),
+        ]  # fmt: skip
+        with EmbeddedRedis(run_dir / "redis") as server:
+            env = self.child_env(self.settings(web_url, out, server.url))
+            workers = Child(
+                "plain workers", workers_command, env=env, log_path=run_dir / "workers.log", protocol=False
+            )
+            with workers:
+                done, figures = self._drive(
+                    world, server, lambda: [workers.pid], contender.processes, "feeder", feeder_command, env,
+                    run_dir, alive=lambda: workers.process.poll() is None,
+                )  # fmt: skip
+        figures["enqueue_s"] = done["enqueue_s"]
+        figures["dead_lettered"] = done["dead_lettered"]
+        figures.update(_verified(world, records_from_files(world, out, done["run_id"]), out))
         return figures
 
     # --- WorkerPool ---------------------------------------------------------------------------------
@@ -241,35 +278,16 @@ class Bench:
                 extra_env={"WORKERPOOL_ENV_FILE": os.devnull},
             )
             stack.enter_context(fleet)
-            meter = stack.enter_context(ProcessMeter())
-            meter.watch("web", self.web_pid, children=False)
-            assert server.process is not None
-            meter.watch("redis", server.process.pid, children=False)
-            meter.watch("workers", fleet.pids)
             command = [
                 sys.executable, "-m", "pipeline.bench.master",
                 "--countries", ",".join(world.countries), "--poll", str(self.o.poll),
                 "--timeout", str(self.remaining(self.o.run_timeout)),
             ]  # fmt: skip
-            master = stack.enter_context(
-                Child("master", command, env=fleet.env, log_path=run_dir / "master.log")
+            done, figures = self._drive(
+                world, server, fleet.pids, contender.processes, "master", command, fleet.env, run_dir
             )
-            client = server.client()
-            master.expect("READY", self.remaining(60))
-            self._wait_for_workers(client, contender.processes)
-            meter.watch("master", master.pid, children=False)
-            calls_before = _command_calls(client)
-            before = meter.snapshot()
-            master.go()
-            done = master.expect("DONE", self.remaining(self.o.run_timeout + 30))
-            after = meter.snapshot()
-            calls_after = _command_calls(client)
-            rss = meter.peak_rss("workers")
             restarts = fleet.restarts
-        if done.get("wall_s") is None:
-            raise ChildFailed(f"the run did not finish: {done}")
-        pages = len(world.jobs)
-        figures = _rates(pages, done["wall_s"])
+        pages = figures["pages"]
         timeline = done["timeline"]
         figures["discovery_s"] = timeline.get("all_discovered")
         figures["first_page_s"] = timeline.get("first_settled")
@@ -279,6 +297,57 @@ class Bench:
             figures["after_discovery_pages_per_s"] = round(
                 rest / (done["wall_s"] - figures["discovery_s"]), 1
             )
+        figures["worker_restarts"] = restarts
+        summary = done.get("summary")
+        if not summary or not Path(summary).exists():
+            raise ChildFailed(f"no summary written: {summary}")
+        figures.update(_verified(world, read_manifest(Path(summary).parent / "manifest.jsonl"), out))
+        return figures
+
+    # --- what WorkerPool and the plain actor share ---------------------------------------------------
+
+    def _drive(
+        self,
+        world: World,
+        server: EmbeddedRedis,
+        workers: Callable[[], Iterable[int]],
+        processes: int,
+        name: str,
+        command: list[str],
+        env: dict[str, str],
+        run_dir: Path,
+        *,
+        alive: Callable[[], bool] | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Time a driver child (WorkerPool's master, the plain feeder) against idle workers on ``server``.
+
+        Returns its DONE payload and the figures both have: rates; CPU per 1,000 pages of the
+        workers ('crawler', their children included), the driver ('master'), Redis and the web;
+        peak RSS per worker process; Redis commands per page, the driver's own polls left out.
+        ``alive``: false once the workers are gone for good (the run then fails at once).
+        """
+        with (
+            ProcessMeter() as meter,
+            Child(name, command, env=env, log_path=run_dir / f"{name}.log") as driver,
+        ):
+            meter.watch("web", self.web_pid, children=False)
+            assert server.process is not None
+            meter.watch("redis", server.process.pid, children=False)
+            meter.watch("workers", workers)
+            client = server.client()
+            driver.expect("READY", self.remaining(60))
+            self._wait_for_workers(client, processes, alive)
+            meter.watch("master", driver.pid, children=False)
+            calls_before = _command_calls(client)
+            before = meter.snapshot()
+            driver.go()
+            done = driver.expect("DONE", self.remaining(self.o.run_timeout + 30))
+            after = meter.snapshot()
+            calls_after = _command_calls(client)
+        if done.get("wall_s") is None:
+            raise ChildFailed(f"the run did not finish: {done}")
+        pages = len(world.jobs)
+        figures = _rates(pages, done["wall_s"])
         cpu = {
             "crawler": meter.cpu_between(before, after, "workers"),
             "master": meter.cpu_between(before, after, "master"),
@@ -290,30 +359,28 @@ class Bench:
         figures["cpu_total_per_1k"] = round(
             sum(figures[f"cpu_{k}_per_1k"] for k in ("crawler", "master", "redis")), 3
         )
+        rss = meter.peak_rss("workers")
         figures["peak_rss_mb"] = round(max(rss) / MB, 1)
         figures["peak_rss_mb_each"] = [round(r / MB, 1) for r in rss]
         calls = {k: calls_after.get(k, 0) - calls_before.get(k, 0) for k in calls_after}
-        for name, count in done["own_commands"].items():
-            calls[name] = calls.get(name, 0) - count
+        for command_name, count in done["own_commands"].items():
+            calls[command_name] = calls.get(command_name, 0) - count
         figures["redis_cmds_per_page"] = round(sum(calls.values()) / pages, 2)
         figures["redis_top_per_page"] = {
             k: round(v / pages, 2) for k, v in sorted(calls.items(), key=lambda kv: -kv[1])[:8] if v > 0
         }
-        figures["worker_restarts"] = restarts
-        summary = done.get("summary")
-        if not summary or not Path(summary).exists():
-            raise ChildFailed(f"no summary written: {summary}")
-        check = verify(world, read_manifest(Path(summary).parent / "manifest.jsonl"), out)
-        figures["verified"] = check.as_dict()
-        figures["outcomes_digest"] = _digest(check.outcomes)
-        return figures
+        return done, figures
 
-    def _wait_for_workers(self, client: redis.Redis, processes: int) -> None:
+    def _wait_for_workers(
+        self, client: redis.Redis, processes: int, alive: Callable[[], bool] | None = None
+    ) -> None:
         """Every worker process has fetched from Redis once: they are up and idle."""
         deadline = time.monotonic() + self.remaining(90)
         while client.zcard("dramatiq:__heartbeats__") < processes:
             if time.monotonic() > deadline:
                 raise ChildFailed(f"{processes} worker processes did not start within 90 s")
+            if alive is not None and not alive():
+                raise ChildFailed("the worker processes exited before they were up (see workers.log)")
             time.sleep(0.1)
         time.sleep(0.5)  # the last consumers of each process settle into their polling
 
@@ -337,6 +404,11 @@ def _command_calls(client: redis.Redis) -> dict[str, int]:
         for name, value in stats.items()
         if name not in ("cmdstat_info",)
     }
+
+
+def _verified(world: World, records: Iterable[dict[str, Any]], out: Path) -> dict[str, Any]:
+    check = verify(world, records, out)
+    return {"verified": check.as_dict(), "outcomes_digest": _digest(check.outcomes)}
 
 
 def _digest(outcomes: dict[tuple[str, int], str]) -> str:
@@ -368,14 +440,22 @@ def machine() -> dict[str, Any]:
 
 
 def compare(results: dict[str, ProfileResult]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Ratios of every WorkerPool configuration to the loop, and the issue's targets."""
+    """Ratios to the loop and of WorkerPool to the plain actor, and the issue's targets."""
     report: dict[str, Any] = {}
     targets: list[dict[str, Any]] = []
     for profile, result in results.items():
         loop = next(c for c in result.contenders if c.kind == "loop")
         base = result.medians(loop.name)
         rows: dict[str, Any] = {loop.name: {"median": base}}
-        digests = {r.get("outcomes_digest") for runs in result.runs.values() for r in runs}
+        plain = next((c for c in result.contenders if c.kind == "plain"), None)
+        plain_med = result.medians(plain.name) if plain else {}
+        # The plain actor keeps no record of why a page failed: not part of "same failures".
+        digests = {
+            r.get("outcomes_digest")
+            for c in result.contenders
+            if c.kind != "plain"
+            for r in result.runs.get(c.name, [])
+        }
         for contender in result.contenders:
             if contender.kind == "loop":
                 continue
@@ -387,6 +467,13 @@ def compare(results: dict[str, ProfileResult]) -> tuple[dict[str, Any], list[dic
                 "cpu_total_per_1k": _ratio(med.get("cpu_total_per_1k"), base.get("cpu_crawler_per_1k")),
             }
             rows[contender.name] = {"median": med, "ratio_to_loop": ratios}
+            if contender.kind != "workerpool":
+                continue  # the issue's targets are WorkerPool's
+            if plain:
+                rows[contender.name]["ratio_to_plain"] = {
+                    key: _ratio(med.get(key), plain_med.get(key))
+                    for key in ("pages_per_s", "cpu_crawler_per_1k", "cpu_total_per_1k")
+                }
             main = contender.in_flight == loop.in_flight and (contender.processes, contender.threads) == (
                 loop.processes,
                 loop.threads,
@@ -423,7 +510,7 @@ def compare(results: dict[str, ProfileResult]) -> tuple[dict[str, Any], list[dic
                     {"profile": profile, "contender": contender.name, "target": name,
                      "value": same, "limit": True, "ok": same}
                 )  # fmt: skip
-        if len(result.contenders) > 2:
+        if sum(c.kind == "workerpool" for c in result.contenders) > 1:
             rows["scaling"] = _scaling(result)
         report[profile] = rows
     return report, targets
@@ -474,30 +561,40 @@ def render(results: dict[str, ProfileResult], report: dict[str, Any], targets: l
     lines: list[str] = []
     for profile, result in results.items():
         w = result.world
+        feeder = " or the plain actor's feeder" if any(c.kind == "plain" for c in result.contenders) else ""
         lines += [
             "",
             f"== profile {profile}: {w['jobs']} pages, {w['countries']} countries, median latency "
             f"{w['median_latency_ms']} ms (max {w['max_latency_ms']}), median {w['median_bytes']:,} bytes, "
             f"failures {w['failures'] or 'none'}, keep-alive {'on' if w['keep_alive'] else 'off'}",
             "   medians of verified runs; CPU in CPU-seconds per 1,000 pages; 'crawler' = the loop's "
-            "process or all worker processes",
+            "process or all worker processes,",
+            f"   'master' = WorkerPool's master{feeder}; 'all' = crawler + master + redis",
         ]
-        header = f"   {'contender':<22}{'runs':>5}" + "".join(f"{label:>16}" for label, _ in _COLUMNS)
-        lines.append(header)
+        width = max(22, *(len(c.name) + 2 for c in result.contenders))
+        columns = [(label, key, max(9, len(label) + 2)) for label, key in _COLUMNS]
+        header = "".join(f"{label:>{w}}" for label, _, w in columns)
+        lines.append(f"   {'contender':<{width}}{'runs':>5}{header}")
         for contender in result.contenders:
             runs = result.runs.get(contender.name, [])
             ok = sum(1 for r in runs if r.get("verified", {}).get("ok"))
             med = report[profile][contender.name]["median"]
-            cells = "".join(f"{_fmt(med.get(key)):>16}" for _, key in _COLUMNS)
-            lines.append(f"   {contender.name:<22}{f'{ok}/{len(runs)}':>5}{cells}")
+            cells = "".join(f"{_fmt(med.get(key)):>{w}}" for _, key, w in columns)
+            lines.append(f"   {contender.name:<{width}}{f'{ok}/{len(runs)}':>5}{cells}")
         for contender in result.contenders:
-            ratios = report[profile][contender.name].get("ratio_to_loop")
-            if ratios:
+            row = report[profile][contender.name]
+            if ratios := row.get("ratio_to_loop"):
                 lines.append(
                     f"   {contender.name} / loop: pages/s x{_fmt(ratios['pages_per_s'])}, "
                     f"wall x{_fmt(ratios['wall_s'])}, "
                     f"crawler CPU/1k x{_fmt(ratios['cpu_crawler_per_1k'])}, "
-                    f"all WorkerPool CPU/1k x{_fmt(ratios['cpu_total_per_1k'])}"
+                    f"all CPU/1k x{_fmt(ratios['cpu_total_per_1k'])}"
+                )
+            if ratios := row.get("ratio_to_plain"):
+                lines.append(
+                    f"   {contender.name} / plain: pages/s x{_fmt(ratios['pages_per_s'])}, "
+                    f"crawler CPU/1k x{_fmt(ratios['cpu_crawler_per_1k'])}, "
+                    f"all CPU/1k x{_fmt(ratios['cpu_total_per_1k'])}"
                 )
         for row in report[profile].get("scaling", []):
             lines.append(

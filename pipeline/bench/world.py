@@ -18,6 +18,7 @@ Profiles:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import hashlib
 import json
@@ -31,6 +32,7 @@ from typing import Any
 
 from ..countries import COUNTRIES
 from ..demo.mirror import render_ranking_page
+from ..jobs import storage_path
 from ..semrush import MAX_PUBLIC_ROWS, RankedSite
 
 PROFILES = ("clean", "realistic")
@@ -121,6 +123,10 @@ class Job:
     @property
     def key(self) -> tuple[str, int]:
         return (self.country, self.rank)
+
+    def storage_path(self, run_id: str) -> str:
+        """Where a crawler saves this job's page, relative to its output folder (WorkerPool's layout)."""
+        return storage_path(run_id, self.country, self.rank, self.domain)
 
 
 @dataclass(frozen=True)
@@ -297,6 +303,28 @@ class Verification:
 
 def read_manifest(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def records_from_files(world: World, root: Path, run_id: str) -> list[dict[str, Any]]:
+    """Manifest lines for a crawler that keeps none (the plain actor), made from what it left on disk.
+
+    A job whose file exists is saved (at ``Job.storage_path(run_id)`` under ``root``), any other
+    failed. Neither attempts nor failure reasons can be seen on disk (attempts are given as 1):
+    only a world without failures, the clean profile, can be verified this way.
+    """
+    records = []
+    for job in world.jobs:
+        path = job.storage_path(run_id)
+        record: dict[str, Any] = {
+            "country": job.country, "rank": job.rank, "domain": job.domain, "attempts": 1,
+            "path": None, "bytes": 0, "sha256": None, "outcome": "failed", "reason": "missing: no file",
+        }  # fmt: skip
+        with contextlib.suppress(FileNotFoundError):
+            data = (root / path).read_bytes()
+            sha256 = hashlib.sha256(data).hexdigest()
+            record.update(path=path, bytes=len(data), sha256=sha256, outcome="saved", reason="")
+        records.append(record)
+    return records
 
 
 def verify(world: World, records: Iterable[dict[str, Any]], root: Path) -> Verification:

@@ -20,7 +20,6 @@ from typing import Any
 
 import aiohttp
 
-from ..jobs import storage_path
 from ..settings import Settings
 from ..tasks import backoff_ms
 from .procs import announce, finish, wait_for_go
@@ -37,7 +36,7 @@ async def fetch(
     session: aiohttp.ClientSession, gate: asyncio.Semaphore, job: Job, out: Path, settings: Settings
 ) -> dict[str, Any]:
     url = settings.site_url_template.format(domain=job.domain)
-    path = storage_path(RUN_ID, job.country, job.rank, job.domain)
+    path = job.storage_path(RUN_ID)
     record: dict[str, Any] = {
         "country": job.country, "rank": job.rank, "domain": job.domain, "url": url,
         "path": None, "bytes": 0, "sha256": None, "outcome": "failed", "reason": "",
