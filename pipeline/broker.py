@@ -24,13 +24,20 @@ import redis
 import tenacity
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.errors import BrokerConnectionError
-from dramatiq.middleware import Callbacks, CurrentMessage, GroupCallbacks, Pipelines, TimeLimit
+from dramatiq.middleware import Callbacks, CurrentMessage, Pipelines, TimeLimit
 from dramatiq.rate_limits.backends import RedisBackend
 
-from .consumer import GuardedConsumer, _Held
+from .consumer import GuardedConsumer, _Held, refill_batch
 from .errors import RedisUnavailable
 from .ledger import RunLedger, now_ms
-from .middleware import DurableRetries, GracefulShutdown, MalformedMessages, PoisonGuard, Watchdog
+from .middleware import (
+    DurableRetries,
+    GracefulShutdown,
+    GroupCallbacksAtAck,
+    MalformedMessages,
+    PoisonGuard,
+    Watchdog,
+)
 from .middleware.poison import DELIVERIES
 from .scripts import script
 from .settings import Settings
@@ -84,13 +91,24 @@ end
 return n
 """
 
-# KEYS: heartbeats, acks, msgs, deliveries.  ARGV: now ms, broker id, redis message id, message id.
-# Dramatiq's ack (heartbeat, then out of the acks set and the queue) plus the poison guard's
-# "this delivery finished": one round trip where they were two.
+# KEYS: heartbeats, acks, msgs, deliveries[, group barrier, its events].
+# ARGV: now ms, broker id, redis message id, message id[, barrier ttl ms].
+# Dramatiq's ack (heartbeat, then out of the acks set and the queue), the poison guard's "this
+# delivery finished" and the group barrier's decrement, in one round trip where they were three.
+# Returns 2 when the message was its group's last member (as Dramatiq's Barrier counts), else 1.
 _ACK_FINISHED = """
 redis.call('zadd', KEYS[1], ARGV[1], ARGV[2])
 if redis.call('srem', KEYS[2], ARGV[3]) > 0 then redis.call('hdel', KEYS[3], ARGV[3]) end
 redis.call('hdel', KEYS[4], ARGV[4])
+if KEYS[5] then
+  local value = tonumber(redis.call('get', KEYS[5]) or '0') - 1
+  if value < 1 then
+    redis.call('rpush', KEYS[6], 'x')
+    redis.call('pexpire', KEYS[6], ARGV[5])
+    return 2
+  end
+  redis.call('set', KEYS[5], value, 'PX', ARGV[5])
+end
 return 1
 """
 
@@ -164,30 +182,13 @@ def ride_out_redis_outage(func: _F) -> _F:
     return call  # type: ignore[return-value]
 
 
-# KEYS: barrier.  ARGV: amount, minimum, ttl ms.  Dramatiq's RedisBackend does this with a
-# WATCH/MULTI/EXEC loop that the 20 pages of a country retry against each other.
-_BARRIER_DECR = """
-local value = tonumber(redis.call('get', KEYS[1]) or '0') - tonumber(ARGV[1])
-if value < tonumber(ARGV[2]) then return 0 end
-redis.call('set', KEYS[1], value, 'PX', ARGV[3])
-return 1
-"""
-
-
 class BarrierBackend(RedisBackend):
-    """The group-completion barrier's backend: one atomic script per member, outage-proof."""
+    """The group-completion barrier's backend, outage-proof. Members are counted in their ack
+    (:class:`~pipeline.middleware.GroupCallbacksAtAck`); this creates the barrier."""
 
     @ride_out_redis_outage
     def add(self, key: str, value: int, ttl: int) -> bool:
         return super().add(key, value, ttl)
-
-    @ride_out_redis_outage
-    def decr(self, key: str, amount: int, minimum: int, ttl: int) -> bool:
-        return script(self.client, _BARRIER_DECR)([key], [amount, minimum, ttl]) == 1
-
-    @ride_out_redis_outage
-    def wait_notify(self, key: str, ttl: int) -> None:
-        super().wait_notify(key, ttl)
 
 
 class WorkerPoolBroker(RedisBroker):
@@ -206,6 +207,8 @@ class WorkerPoolBroker(RedisBroker):
         self._ledger_client: redis.Redis | None = None
         self._ledger_client_lock = threading.Lock()
         self._batch = threading.local()
+        #: redis message id -> (barrier key, callbacks, ttl ms) of a group member to count at its ack
+        self.barriers_at_ack: dict[str, tuple[str, list[dict], int]] = {}
 
     @property
     def consumer_class(self) -> type[GuardedConsumer]:
@@ -225,9 +228,12 @@ class WorkerPoolBroker(RedisBroker):
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> GuardedConsumer:
         # Dramatiq prefetches 2 x threads, and the count includes running jobs: a process then
-        # hoards slow downloads while others idle. Half of it is one message per thread.
+        # hoards slow downloads while others idle. One message per thread plus one refill batch
+        # (see GuardedConsumer) keeps every thread busy without that.
         if not queue_name.endswith(".DQ") and not os.getenv("dramatiq_queue_prefetch"):  # noqa: SIM112 - Dramatiq's name
-            prefetch = max(1, prefetch // 2)
+            threads = max(1, prefetch // 2)
+            batch = refill_batch(threads)
+            return self.consumer_class(self, queue_name, threads + batch, timeout, batch=batch)
         return super().consume(queue_name, prefetch, timeout)
 
     @ride_out_redis_outage
@@ -337,14 +343,24 @@ class WorkerPoolBroker(RedisBroker):
         return record_id
 
     def ack_finished(self, queue_name: str, redis_message_id: str, message_id: str) -> None:
-        """Ack a message this process fetched and clear its poison-guard delivery count."""
+        """Ack a message this process fetched, clear its poison-guard delivery count, and count it
+        in its group's barrier (noted by GroupCallbacksAtAck), enqueueing the group's callbacks
+        when it was the last member."""
         keys = [
             f"{NAMESPACE}:__heartbeats__",
             f"{NAMESPACE}:__acks__.{self.broker_id}.{queue_name}",
             f"{NAMESPACE}:{queue_name}.msgs",
             DELIVERIES,
         ]
-        script(self.client, _ACK_FINISHED)(keys, [now_ms(), self.broker_id, redis_message_id, message_id])
+        args: list[object] = [now_ms(), self.broker_id, redis_message_id, message_id]
+        group = self.barriers_at_ack.pop(redis_message_id, None)
+        if group is not None:
+            barrier, callbacks, ttl = group
+            keys += [barrier, barrier + "@events"]  # the keys of Dramatiq's Barrier
+            args.append(ttl)
+        if script(self.client, _ACK_FINISHED)(keys, args) == 2 and group is not None:
+            for callback in callbacks:
+                self.enqueue(dramatiq.Message(**callback))
 
     def requeue_stranded(self, queue_name: str, keep: set[str]) -> int:
         keys = [
@@ -384,7 +400,7 @@ def build_broker(settings: Settings) -> WorkerPoolBroker:
         Callbacks(),
         Pipelines(),
         # A day is far more than a run's worst case: retries back off for at most a minute.
-        GroupCallbacks(backend, barrier_ttl=7 * 86_400_000),
+        GroupCallbacksAtAck(backend, barrier_ttl=7 * 86_400_000),
         DurableRetries(
             max_retries=settings.max_attempts - 1,
             min_backoff=settings.retry_min_backoff_ms,

@@ -11,6 +11,10 @@ Dramatiq's Redis consumer has two holes this closes (see shared/docs/dramatiq-no
   never come back (Dramatiq issue 527). Each new consumer of a queue therefore puts back every id
   of its own acks set that is not held by a running job.
 
+It also spends fewer round trips than Dramatiq's: it refills its prefetch a batch at a time
+instead of after every message, and its ack is one script that also clears the poison guard's
+delivery count and counts the message in its group's barrier.
+
 This subclasses Dramatiq's private ``_RedisConsumer``; re-check it when upgrading Dramatiq.
 """
 
@@ -45,9 +49,24 @@ class _Held:
         self.started: set[str] = set()
 
 
+def refill_batch(threads: int) -> int:
+    """Messages fetched together once running ones finish: a quarter of the threads."""
+    return max(1, threads // 4)
+
+
+#: Longest the consumer waits for a full refill batch before it fetches what is missing.
+REFILL_WAIT_S = 0.05
+
+
 class GuardedConsumer(_RedisConsumer):
-    def __init__(self, broker: WorkerPoolBroker, queue_name: str, prefetch: int, timeout: int) -> None:
+    def __init__(
+        self, broker: WorkerPoolBroker, queue_name: str, prefetch: int, timeout: int, *, batch: int = 1
+    ) -> None:
         super().__init__(broker, queue_name, prefetch, timeout)
+        # Dramatiq fetches as soon as one message is acked: a fetch round trip per message.
+        # Given ``batch`` more than its threads, it refills a batch at a time instead.
+        self.batch = batch
+        self.finished = threading.Condition()
         self.held: _Held = broker.held
         with self.held.lock:
             restarted = queue_name in self.held.started
@@ -68,6 +87,11 @@ class GuardedConsumer(_RedisConsumer):
                 )
 
     def __next__(self) -> MessageProxy | None:
+        if not self.message_cache and self.prefetch - self.outstanding_message_count < self.batch:
+            with self.finished:  # every thread still has work: let a batch finish first
+                self.finished.wait(REFILL_WAIT_S)
+            if self.prefetch - self.outstanding_message_count < self.batch:
+                return None
         try:
             proxy = super().__next__()
         except DecodeError as e:
@@ -108,6 +132,7 @@ class GuardedConsumer(_RedisConsumer):
 
     def nack(self, message: MessageProxy) -> None:
         self._release(message)
+        self.broker.barriers_at_ack.pop(message.options.get("redis_message_id"), None)
         super().nack(message)
         if not self.queue_name.endswith(".DQ"):
             self.broker.ledger_client.hdel(DELIVERIES, message.message_id)
@@ -145,6 +170,8 @@ class GuardedConsumer(_RedisConsumer):
     def _release(self, message: MessageProxy) -> None:
         with self.held.lock:
             self.held.ids.get(self.queue_name, set()).discard(message.options.get("redis_message_id"))
+        with self.finished:
+            self.finished.notify()
 
     def _quarantine(self, data: bytes | str, reason: str) -> None:
         raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else bytes(data)

@@ -4,10 +4,19 @@ Their order in :func:`pipeline.broker.build_broker` matters: ``before_*`` hooks 
 order, ``after_*`` hooks in reverse.
 """
 
+from .groups import GroupCallbacksAtAck
 from .malformed import MalformedMessages
 from .poison import PoisonGuard
 from .retries import Defer, DurableRetries
 from .shutdown import GracefulShutdown
 from .watchdog import Watchdog
 
-__all__ = ["Defer", "DurableRetries", "GracefulShutdown", "MalformedMessages", "PoisonGuard", "Watchdog"]
+__all__ = [
+    "Defer",
+    "DurableRetries",
+    "GracefulShutdown",
+    "GroupCallbacksAtAck",
+    "MalformedMessages",
+    "PoisonGuard",
+    "Watchdog",
+]
