@@ -130,7 +130,7 @@ def download(
         current = url
         for redirects in range(limits.max_redirects + 1):
             _check_url(current)
-            response = _send(session, current, job)
+            response = _send(session, current, job, first=redirects == 0)
             try:
                 location = session.get_redirect_target(response)
                 if location:
@@ -181,14 +181,25 @@ def _check_url(url: str) -> None:
         raise PermanentFetchError("bad_url", f"no host in {url!r}")
 
 
-def _send(session: requests.Session, url: str, job: _Job) -> requests.Response:
+def _send(session: requests.Session, url: str, job: _Job, *, first: bool) -> requests.Response:
     remaining = job.deadline - time.monotonic()
     if remaining <= 0:
         raise _total_timeout(job)
     limits = job.limits
     try:
-        return session.get(
-            url,
+        if first:  # no cookies yet: the session's request, with this URL
+            request = _state.templates.get(session)
+            if request is None:
+                request = _state.templates[session] = session.prepare_request(requests.Request("GET", url))
+            request = request.copy()
+            request.prepare_url(url, None)
+        else:  # along a redirect chain, with the cookies its hops set
+            request = session.prepare_request(requests.Request("GET", url))
+        # Session.get() merges the session's settings into every request anew: a quarter of
+        # requests' CPU per page. They never change, so the first request of a session is
+        # prepared that way and copied; requests documents prepared requests for this.
+        return session.send(
+            request,
             stream=True,
             allow_redirects=False,
             timeout=(min(limits.connect_timeout, remaining), min(limits.read_timeout, remaining)),
@@ -311,6 +322,8 @@ class _ThreadState(threading.local):
     def __init__(self) -> None:
         self.job: _Job | None = None  # the download this thread is running
         self.sessions: dict[FetchLimits, requests.Session] = {}
+        #: Per session, its first prepared request: the pattern of every first hop (see _send).
+        self.templates: dict[requests.Session, requests.PreparedRequest] = {}
 
 
 _state = _ThreadState()
@@ -518,6 +531,7 @@ def _after_fork_in_child() -> None:
     _watchdog = _Watchdog()
     _state.job = None
     _state.sessions = {}
+    _state.templates = {}
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
