@@ -111,6 +111,7 @@ def discover_country(ctx: Context, run_id: str, country: str) -> None:
         if wait_s > ctx.gate.patience_s:  # a later turn: the thread downloads pages meanwhile
             # Not touched again before its turn, or the reaper would take it as stuck.
             ledger.touch(f"discover:{country}", at_ms=now_ms() + int(wait_s * 1000))
+            logger.info("waiting for the Semrush turn booked", extra={**log, "wait_s": round(wait_s, 1)})
             raise Defer(
                 f"Semrush turn in {wait_s:.1f}s", delay=int(wait_s * 1000), options={TURN_BOOKED: True}
             )
