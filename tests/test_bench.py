@@ -115,6 +115,26 @@ def leftovers(folder: Path) -> list[str]:
     return found
 
 
+def test_the_report_shows_the_spread_of_rounds_and_warns_when_the_machine_drifted():
+    from pipeline.bench.runner import Contender, ProfileResult, _spread  # noqa: PLC0415
+
+    loop, pool = Contender("loop", 2, 32), Contender("workerpool", 2, 32)
+
+    def run(pps: float, cpu: float) -> dict:
+        return {"pages_per_s": pps, "cpu_crawler_per_1k": cpu, "verified": {"ok": True}}
+
+    steady = ProfileResult({}, [loop, pool])
+    steady.runs = {loop.name: [run(1100, 0.5), run(1150, 0.55)], pool.name: [run(340, 4.2), run(350, 4.4)]}
+    lines = _spread(steady)
+    assert lines == [
+        "   spread over 2 rounds, aiohttp loop x64: pages/s 1100-1150, crawler CPU/1k 0.5-0.55",
+        "   spread over 2 rounds, workerpool 2x32: pages/s 340-350, crawler CPU/1k 4.2-4.4",
+    ]
+    drifted = ProfileResult({}, [loop, pool])
+    drifted.runs = {loop.name: [run(1100, 0.5), run(640, 1.56)], pool.name: [run(340, 4.2), run(296, 5.07)]}
+    assert "WARNING: the loop's CPU per page varied x3.1" in _spread(drifted)[-1]
+
+
 def test_quick_benchmark_runs_every_contender_and_verifies(tmp_path: Path):
     out = tmp_path / "bench.json"
     result = run_command(

@@ -596,6 +596,7 @@ def render(results: dict[str, ProfileResult], report: dict[str, Any], targets: l
                     f"crawler CPU/1k x{_fmt(ratios['cpu_crawler_per_1k'])}, "
                     f"all CPU/1k x{_fmt(ratios['cpu_total_per_1k'])}"
                 )
+        lines += _spread(result)
         for row in report[profile].get("scaling", []):
             lines.append(
                 f"   scaling {row['config']}: {_fmt(row['pages_per_s'])} pages/s "
@@ -624,6 +625,36 @@ def render(results: dict[str, ProfileResult], report: dict[str, Any], targets: l
                 f"{_fmt(t['value'])} (target {t['limit']})"
             )
     return "\n".join(lines)
+
+
+#: The loop's CPU per page varying more than this across rounds means the machine changed state.
+DRIFT_WARN = 1.5
+
+
+def _spread(result: ProfileResult) -> list[str]:
+    """Min-max over the rounds of each contender's pages/s and CPU per page, and a warning when
+    the machine drifted: the ratios compare contenders run side by side; absolute figures do not
+    carry over from one machine state to another."""
+    lines: list[str] = []
+    drift = None
+    for contender in result.contenders:
+        runs = [r for r in result.runs.get(contender.name, []) if r.get("verified", {}).get("ok")]
+        if len(runs) < 2:
+            continue
+        pps = [r["pages_per_s"] for r in runs]
+        cpu = [r["cpu_crawler_per_1k"] for r in runs]
+        lines.append(
+            f"   spread over {len(runs)} rounds, {contender.name}: "
+            f"pages/s {_fmt(min(pps))}-{_fmt(max(pps))}, crawler CPU/1k {_fmt(min(cpu))}-{_fmt(max(cpu))}"
+        )
+        if contender.kind == "loop" and min(cpu) > 0:
+            drift = max(cpu) / min(cpu)
+    if drift is not None and drift > DRIFT_WARN:
+        lines.append(
+            f"   WARNING: the loop's CPU per page varied x{drift:.1f} across rounds: the machine changed "
+            "state during the benchmark; compare the ratios, not the absolute figures"
+        )
+    return lines
 
 
 def _fmt(value: Any) -> str:
