@@ -165,7 +165,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def ride_out_redis_outage(func: _F) -> _F:
-    """Rides out a Redis restart: every enqueue (kickoff, retries, pipelines, groups) and barrier call.
+    """Rides out a Redis restart: every enqueue (kickoff, retries, pipelines, groups) and barrier creation.
 
     The first attempt is a plain call: tenacity's per-call bookkeeping (a copy of its state) cost
     4 % of a worker's CPU when every call paid it.

@@ -187,6 +187,9 @@ def _send(session: requests.Session, url: str, job: _Job, *, first: bool) -> req
         raise _total_timeout(job)
     limits = job.limits
     try:
+        # Session.get() merges the session's settings into every request anew: a quarter of
+        # requests' CPU per page. They never change, so the first request of a session is
+        # prepared that way and copied; requests documents prepared requests for this.
         if first:  # no cookies yet: the session's request, with this URL
             request = _state.templates.get(session)
             if request is None:
@@ -195,9 +198,6 @@ def _send(session: requests.Session, url: str, job: _Job, *, first: bool) -> req
             request.prepare_url(url, None)
         else:  # along a redirect chain, with the cookies its hops set
             request = session.prepare_request(requests.Request("GET", url))
-        # Session.get() merges the session's settings into every request anew: a quarter of
-        # requests' CPU per page. They never change, so the first request of a session is
-        # prepared that way and copied; requests documents prepared requests for this.
         return session.send(
             request,
             stream=True,

@@ -46,7 +46,7 @@ def safe_join(root: Path, relative: str) -> Path:
         raise UnsafePath(f"unsafe storage path {relative!r}: has a '..' part")
     if not parts:
         raise UnsafePath(f"unsafe storage path {relative!r}: names the root itself")
-    base = _resolved_root(root)
+    base = resolved_root(root)
     joined = base.joinpath(*parts)
     # Below the (resolved) root only a symlink can lead outside: one lstat per part, and the
     # full resolution only when a part is a link (realpath of the whole path was 5 % of a worker's CPU).
@@ -65,7 +65,7 @@ def safe_join(root: Path, relative: str) -> Path:
 
 
 @functools.lru_cache(maxsize=64)
-def _resolved_root(root: Path) -> Path:
+def resolved_root(root: Path) -> Path:
     """OUTPUT_DIR resolved once per process: the operator's choice, not a message's."""
     return root.resolve()
 

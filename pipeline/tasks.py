@@ -32,7 +32,14 @@ from .middleware import Defer
 from .report import iso_now, write_report
 from .semrush import fetch_ranking, parse_ranking, ranking_url
 from .settings import Settings
-from .storage import link_or_copy, remove_partials, safe_join, write_bytes_atomic, write_json_atomic
+from .storage import (
+    link_or_copy,
+    remove_partials,
+    resolved_root,
+    safe_join,
+    write_bytes_atomic,
+    write_json_atomic,
+)
 from .throttle import GateBusy, SemrushGate
 
 logger = logging.getLogger("pipeline.tasks")
@@ -77,9 +84,9 @@ class Context:
     settings: Settings
     broker: WorkerPoolBroker
 
-    @cached_property
+    @property
     def output_root(self) -> Path:
-        return self.settings.output_dir.resolve()
+        return resolved_root(self.settings.output_dir)
 
     @cached_property
     def limits(self) -> FetchLimits:

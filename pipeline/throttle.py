@@ -28,11 +28,17 @@ NEXT_TURN = "wp:semrush:next-turn"
 #: A list the holder pushes to when it lets go: one blocked waiter wakes at once (BLPOP).
 WAKE = "wp:semrush:wake"
 
-# KEYS: lock, not-before.  ARGV: token, hold ms.
-# Returns 0 when acquired, -ms while another holds the gate, +ms until the delay has passed.
-_ACQUIRE = """
+# Redis's own clock, in ms: hosts with skewed clocks agree on it.
+_REDIS_NOW = """
 local t = redis.call('time')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
+"""
+
+# KEYS: lock, not-before.  ARGV: token, hold ms.
+# Returns 0 when acquired, -ms while another holds the gate, +ms until the delay has passed.
+_ACQUIRE = (
+    _REDIS_NOW
+    + """
 local ttl = redis.call('pttl', KEYS[1])
 if ttl > 0 then return -ttl end
 local not_before = tonumber(redis.call('get', KEYS[2]) or '0')
@@ -40,11 +46,12 @@ if not_before > now then return not_before - now end
 redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 0
 """
+)
 
 # KEYS: lock, not-before, wake.  ARGV: token, delay ms.
-_RELEASE = """
-local t = redis.call('time')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+_RELEASE = (
+    _REDIS_NOW
+    + """
 redis.call('set', KEYS[2], now + tonumber(ARGV[2]), 'PX', tonumber(ARGV[2]) + 1000)
 if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end
 redis.call('lpush', KEYS[3], 1)
@@ -52,18 +59,20 @@ redis.call('ltrim', KEYS[3], 0, 0)
 redis.call('pexpire', KEYS[3], 60000)
 return 1
 """
+)
 
 
 # KEYS: not-before, next-turn.  ARGV: delay ms.  Returns ms until the turn reserved by this call.
-_RESERVE = """
-local t = redis.call('time')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+_RESERVE = (
+    _REDIS_NOW
+    + """
 local turn = math.max(now, tonumber(redis.call('get', KEYS[1]) or '0'),
                       tonumber(redis.call('get', KEYS[2]) or '0'))
 local delay = tonumber(ARGV[1])
 if delay > 0 then redis.call('set', KEYS[2], turn + delay, 'PX', turn - now + delay + 60000) end
 return turn - now
 """
+)
 
 
 class GateBusy(Exception):
