@@ -123,8 +123,11 @@ class EmbeddedRedis:
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            pass
+        finally:  # also when an interrupt cut the wait short
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
     def kill(self) -> None:
         """Stop abruptly, as a crash would."""

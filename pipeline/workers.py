@@ -147,13 +147,20 @@ class WorkerFleet:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + self.settings.worker_shutdown_timeout_ms / 1000 + 10
-        for proc in procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                logger.warning("worker did not stop in time; killing it", extra={"pid": proc.pid})
-            _kill_group(proc.pid)
-            proc.wait()
+        try:
+            for proc in procs:
+                try:
+                    proc.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    logger.warning("worker did not stop in time; killing it", extra={"pid": proc.pid})
+                _kill_group(proc.pid)
+                proc.wait()
+        except BaseException:  # an interrupt cut the grace short: no worker outlives its fleet
+            for proc in procs:
+                if proc.returncode is None:
+                    _kill_group(proc.pid)
+                    proc.wait()
+            raise
 
     def __enter__(self) -> WorkerFleet:
         return self.start()

@@ -119,19 +119,22 @@ class Child:
         A child without the protocol gets SIGTERM first, itself only: the ``dramatiq`` command
         stops its worker processes on its own, and kills them outright if they get a second one.
         """
-        with contextlib.suppress(OSError):
-            if self.process.stdin is not None:
-                self.process.stdin.close()
-        if not self.protocol and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(grace)
-        if self.process.poll() is None:
-            kill_group(self.process.pid, signal.SIGTERM)
+        try:
+            with contextlib.suppress(OSError):
+                if self.process.stdin is not None:
+                    self.process.stdin.close()
+            if not self.protocol and self.process.poll() is None:
+                self.process.send_signal(signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(grace)
-        kill_group(self.process.pid, signal.SIGKILL)
-        self.process.wait()
+            if self.process.poll() is None:
+                kill_group(self.process.pid, signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.process.wait(grace)
+        finally:
+            # Also when the --max-seconds alarm cut the graceful part short.
+            kill_group(self.process.pid, signal.SIGKILL)
+            self.process.wait()
 
     def __enter__(self) -> Child:
         return self
