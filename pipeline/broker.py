@@ -27,6 +27,7 @@ from dramatiq.errors import BrokerConnectionError
 from dramatiq.middleware import Callbacks, CurrentMessage, Pipelines, TimeLimit
 from dramatiq.rate_limits.backends import RedisBackend
 
+from . import wakeup
 from .consumer import GuardedConsumer, _Held, refill_batch
 from .errors import RedisUnavailable
 from .ledger import RunLedger, now_ms
@@ -74,10 +75,10 @@ end
 return false
 """
 
-# KEYS: acks, queue, msgs.  ARGV: ids still held by this process.
+# KEYS: acks, queue, msgs.  ARGV: the queue's wake-up channel, then ids still held by this process.
 _REQUEUE_STRANDED = """
 local keep = {}
-for i = 1, #ARGV do keep[ARGV[i]] = true end
+for i = 2, #ARGV do keep[ARGV[i]] = true end
 local n = 0
 for _, id in ipairs(redis.call('smembers', KEYS[1])) do
   if not keep[id] then
@@ -88,6 +89,7 @@ for _, id in ipairs(redis.call('smembers', KEYS[1])) do
     end
   end
 end
+if n > 0 then redis.call('publish', ARGV[1], '') end
 return n
 """
 
@@ -112,19 +114,21 @@ end
 return 1
 """
 
-# KEYS: heartbeats.  ARGV: now ms, broker id, namespace, then (queue, redis id, payload) triples.
-# Dramatiq's "enqueue" dispatch for many messages at once.
-_ENQUEUE_MANY = """
+# KEYS: heartbeats.  ARGV: now ms, broker id, namespace, wake-up channel prefix, then
+# (queue, redis id, payload) triples.
+# Dramatiq's "enqueue" dispatch for one or many messages, announcing each queue it makes
+# non-empty to idle consumers (pipeline.wakeup).
+_ENQUEUE = """
 redis.call('zadd', KEYS[1], ARGV[1], ARGV[2])
-for i = 4, #ARGV, 3 do
+for i = 5, #ARGV, 3 do
   local queue = ARGV[3] .. ':' .. ARGV[i]
   redis.call('hset', queue .. '.msgs', ARGV[i + 1], ARGV[i + 2])
-  redis.call('rpush', queue, ARGV[i + 1])
+  if redis.call('rpush', queue, ARGV[i + 1]) == 1 then redis.call('publish', ARGV[4] .. ARGV[i], '') end
 end
-return (#ARGV - 3) / 3
+return (#ARGV - 4) / 3
 """
 
-# KEYS: heartbeats.  ARGV: namespace, cutoff (ms), queue names...
+# KEYS: heartbeats.  ARGV: namespace, cutoff (ms), wake-up channel prefix, queue names...
 # Dramatiq does this too, but only on a 0.1 % lottery per command: minutes to hours when idle.
 # The messages go back to the head of their queue (LPUSH), not its tail: they had already
 # waited their turn once, and behind a crawl's backlog they would wait it again (the fault
@@ -133,15 +137,17 @@ _RECLAIM = """
 local dead = redis.call('zrangebyscore', KEYS[1], '-inf', ARGV[2])
 local moved = 0
 for _, worker in ipairs(dead) do
-  for i = 3, #ARGV do
+  for i = 4, #ARGV do
     local queue = ARGV[1] .. ':' .. ARGV[i]
     local acks = ARGV[1] .. ':__acks__.' .. worker .. '.' .. ARGV[i]
+    local before = moved
     for _, id in ipairs(redis.call('smembers', acks)) do
       if redis.call('hexists', queue .. '.msgs', id) == 1 then
         redis.call('lpush', queue, id)
         moved = moved + 1
       end
     end
+    if moved > before then redis.call('publish', ARGV[3] .. ARGV[i], '') end
     redis.call('del', acks)
   end
   redis.call('zrem', KEYS[1], worker)
@@ -204,6 +210,7 @@ class WorkerPoolBroker(RedisBroker):
         self.settings = settings
         self.max_message_bytes = settings.max_message_bytes
         self.held = _Held()
+        self.wakeups = wakeup.Wakeups(settings.redis_url, self.all_queue_names())
         self._ledger_client: redis.Redis | None = None
         self._ledger_client_lock = threading.Lock()
         self._batch = threading.local()
@@ -244,7 +251,7 @@ class WorkerPoolBroker(RedisBroker):
     def do_enqueue(self, queue_name: str, redis_message_id: str, payload: bytes) -> None:
         pending = getattr(self._batch, "pending", None)
         if pending is None:
-            self._dispatch("enqueue")(queue_name, redis_message_id, payload)
+            self._push([queue_name, redis_message_id, payload])
         else:
             pending += [queue_name, redis_message_id, payload]
 
@@ -262,12 +269,13 @@ class WorkerPoolBroker(RedisBroker):
         finally:
             self._batch.pending = None
         if pending:
-            self._enqueue_many(pending)
+            ride_out_redis_outage(self._push)(pending)
 
-    @ride_out_redis_outage
-    def _enqueue_many(self, triples: list[str | bytes]) -> None:
+    def _push(self, triples: list[str | bytes]) -> None:
+        """Enqueue (queue, redis id, payload) triples in one round trip."""
         keys = [f"{NAMESPACE}:__heartbeats__"]
-        script(self.client, _ENQUEUE_MANY)(keys, [now_ms(), self.broker_id, NAMESPACE, *triples])
+        args = [now_ms(), self.broker_id, NAMESPACE, wakeup.CHANNEL_PREFIX, *triples]
+        script(self.client, _ENQUEUE)(keys, args)
 
     def discovery_pipeline(self, run_id: str, country: str) -> dramatiq.pipeline:
         """discover_country, then summarize: a country whose discovery fails, or that has no
@@ -368,7 +376,7 @@ class WorkerPoolBroker(RedisBroker):
             f"{NAMESPACE}:{queue_name}",
             f"{NAMESPACE}:{queue_name}.msgs",
         ]
-        return int(script(self.client, _REQUEUE_STRANDED)(keys, list(keep)))
+        return int(script(self.client, _REQUEUE_STRANDED)(keys, [wakeup.channel(queue_name), *keep]))
 
     def reclaim_dead_workers(self) -> tuple[int, int]:
         """Put back the unfinished messages of workers silent for ``heartbeat_timeout``.
@@ -377,7 +385,8 @@ class WorkerPoolBroker(RedisBroker):
         """
         cutoff = now_ms() - self.heartbeat_timeout
         dead, moved = script(self.client, _RECLAIM)(
-            [f"{NAMESPACE}:__heartbeats__"], [NAMESPACE, cutoff, *self.all_queue_names()]
+            [f"{NAMESPACE}:__heartbeats__"],
+            [NAMESPACE, cutoff, wakeup.CHANNEL_PREFIX, *self.all_queue_names()],
         )
         return int(dead), int(moved)
 

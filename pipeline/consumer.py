@@ -13,19 +13,23 @@ Dramatiq's Redis consumer has two holes this closes (see shared/docs/dramatiq-no
 
 It also spends fewer round trips than Dramatiq's: it refills its prefetch a batch at a time
 instead of after every message, and its ack is one script that also clears the poison guard's
-delivery count and counts the message in its group's barrier.
+delivery count and counts the message in its group's barrier. And when its queue is empty it
+waits for an announcement of new work (pipeline.wakeup) rather than sleeping until its next
+poll; a delay queue's consumer also wakes when its earliest message is due.
 
 This subclasses Dramatiq's private ``_RedisConsumer``; re-check it when upgrading Dramatiq.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 from typing import TYPE_CHECKING
 
 import redis
 from dramatiq.brokers.redis import _RedisConsumer
+from dramatiq.common import compute_backoff, current_millis
 from dramatiq.errors import ConnectionClosed, DecodeError
 
 from .middleware.deadletter import record_dead_letter
@@ -63,6 +67,10 @@ class GuardedConsumer(_RedisConsumer):
         self, broker: WorkerPoolBroker, queue_name: str, prefetch: int, timeout: int, *, batch: int = 1
     ) -> None:
         super().__init__(broker, queue_name, prefetch, timeout)
+        # Dramatiq sleeps out its idle backoff itself; here it waits instead (see _idle).
+        self.idle_timeout_ms, self.timeout = timeout, 0
+        #: Delay queue only: the etas (ms) of the messages handed out, earliest first.
+        self.etas: list[int] = []
         # Dramatiq fetches as soon as one message is acked: a fetch round trip per message.
         # Given ``batch`` more than its threads, it refills a batch at a time instead.
         self.batch = batch
@@ -101,20 +109,42 @@ class GuardedConsumer(_RedisConsumer):
             with self.held.lock:
                 self.held.lost_connection.add(self.queue_name)
             raise
-        if proxy is not None and "redis_message_id" not in proxy.options:
+        if proxy is None:
+            if self.misses and not self.message_cache:  # the queue was empty
+                self._idle()
+            return None
+        if "redis_message_id" not in proxy.options:
             # Not enqueued by Dramatiq: without its Redis id it could never be acked.
             reason = "message has no options.redis_message_id: it was not enqueued by Dramatiq"
             self.broker.quarantine(self.queue_name, reason, message_id=proxy.message_id)
             return None
-        if proxy is not None:
-            with self.held.lock:
-                self.held.ids[self.queue_name].add(proxy.options["redis_message_id"])
-            if proxy.actor_name not in self.broker.actors and proxy.options.get("eta") is None:
-                # Dramatiq dead-letters it (ActorNotFound) before any middleware sees it, and
-                # keeps no reason: record one, as for every other dead letter. (A delayed one
-                # is checked when it comes out of the delay queue.)
-                record_dead_letter(self.broker, proxy, f"unknown actor {proxy.actor_name!r}")
+        with self.held.lock:
+            self.held.ids[self.queue_name].add(proxy.options["redis_message_id"])
+        eta = proxy.options.get("eta")
+        if eta is not None:
+            heapq.heappush(self.etas, int(eta))
+        elif proxy.actor_name not in self.broker.actors:
+            # Dramatiq dead-letters it (ActorNotFound) before any middleware sees it, and
+            # keeps no reason: record one, as for every other dead letter. (A delayed one
+            # is checked when it comes out of the delay queue.)
+            record_dead_letter(self.broker, proxy, f"unknown actor {proxy.actor_name!r}")
         return proxy
+
+    def _idle(self) -> None:
+        """Wait, with Dramatiq's growing backoff, for work to be announced or a delayed message to be due.
+
+        The worker moves due delayed messages to their queue only between two calls of
+        ``__next__``, so this returns at once when one is due.
+        """
+        _, wait_ms = compute_backoff(self.misses - 1, max_backoff=self.idle_timeout_ms)
+        if self.etas:
+            now = current_millis()
+            if self.etas[0] <= now:
+                while self.etas and self.etas[0] <= now:
+                    heapq.heappop(self.etas)
+                return
+            wait_ms = min(wait_ms, self.etas[0] - now + 1)
+        self.broker.wakeups.wait(self.queue_name, wait_ms / 1000)
 
     def ack(self, message: MessageProxy) -> None:
         self._release(message)

@@ -6,6 +6,7 @@ member's barrier decrement rides in its ack (Dramatiq spends a round trip of its
 
 from __future__ import annotations
 
+import threading
 import time
 
 import dramatiq
@@ -88,3 +89,99 @@ def test_a_groups_callback_runs_once_after_its_last_members_ack(broker):
     assert not broker.barriers_at_ack, "every member's barrier was counted in its ack"
     # Every member was acked: nothing left in the worker's acks set or the queue's messages.
     assert client.hlen("dramatiq:fetch.msgs") == 0
+
+
+# --- waking idle consumers -------------------------------------------------------------------------
+
+#: A consumer idle this long polls every 10 to 20 s (Dramatiq's backoff, capped at its timeout):
+#: without a wake-up, none of the tests below could see their message in time.
+IDLE_TIMEOUT_MS = 20_000
+
+
+def idle_consumer(broker: WorkerPoolBroker, queue_name: str):
+    consumer = broker.consume(queue_name, prefetch=2, timeout=IDLE_TIMEOUT_MS)
+    consumer.misses = 30  # as after a long idle spell
+    return consumer
+
+
+def next_message_in_thread(consumer) -> tuple[threading.Thread, list]:
+    """Calls ``next(consumer)`` until a message comes; the list gets it and the time it came."""
+    got: list = []
+
+    def loop() -> None:
+        while (message := next(consumer)) is None:
+            got.append(None)
+        got.append((message, time.monotonic()))
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread, got
+
+
+def test_an_idle_consumer_wakes_as_soon_as_work_is_enqueued(broker):
+    @dramatiq.actor(broker=broker, queue_name="fetch", schema=no_schema_check)
+    def work(i: int) -> None:
+        pass
+
+    consumer = idle_consumer(broker, "fetch")
+    thread, got = next_message_in_thread(consumer)
+    time.sleep(0.5)  # the consumer has found its queue empty and waits
+    assert got.count(None) <= 2, "the consumer should wait, not poll"
+    sent = time.monotonic()
+    work.send(1)
+    thread.join(5)
+    assert not thread.is_alive(), "the consumer did not wake up when its queue got work"
+    message, when = got[-1]
+    assert message.args == (1,)
+    assert when - sent < 5
+    consumer.close()
+
+
+def test_a_delay_queue_consumer_wakes_when_its_message_is_due(broker):
+    @dramatiq.actor(broker=broker, queue_name="fetch", schema=no_schema_check)
+    def later(i: int) -> None:
+        pass
+
+    consumer = idle_consumer(broker, "fetch.DQ")
+    later.send_with_options(args=(1,), delay=600)
+    thread, got = next_message_in_thread(consumer)
+    thread.join(5)
+    message, _ = got[-1]
+    eta = message.options["eta"]
+
+    # The worker moves a due message to its queue between two calls of next(): a call must return
+    # by the eta of the message handed out, not at the next poll 10 s later. (A call may return
+    # earlier: a wake-up for nothing costs one poll.)
+    consumer.misses = 30
+    returns: list[int] = []
+
+    def until_due() -> None:
+        while not returns or returns[-1] < eta:
+            assert next(consumer) is None
+            returns.append(int(time.time() * 1000))
+
+    waiter = threading.Thread(target=until_due, daemon=True)
+    waiter.start()
+    waiter.join(5)
+    assert not waiter.is_alive(), "the delay queue's consumer slept past the eta of the message it holds"
+    assert returns[-1] < eta + 1000
+    assert len(returns) <= 3, f"polled {len(returns)} times instead of waiting for the eta"
+    consumer.close()
+
+
+def test_idle_consumers_still_wake_after_a_redis_restart(broker, redis_server):
+    @dramatiq.actor(broker=broker, queue_name="fetch", schema=no_schema_check)
+    def work(i: int) -> None:
+        pass
+
+    first = idle_consumer(broker, "fetch")
+    thread, got = next_message_in_thread(first)
+    time.sleep(0.3)  # the listener is subscribed
+    redis_server.restart()
+    time.sleep(2.5)  # the listener notices, waits a second and subscribes again
+    assert thread.is_alive()
+    work.send(2)
+    thread.join(5)
+    assert not thread.is_alive(), "no wake-up after Redis restarted"
+    assert got[-1][0].args == (2,)
+    first.close()
