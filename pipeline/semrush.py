@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import requests
@@ -36,7 +36,8 @@ class RankedSite:
     change: int | None  # +N moved up, -N moved down, 0 unchanged ("–"), None unknown
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Not dataclasses.asdict, which deep-copies each field: all are scalars.
+        return dict(vars(self))
 
 
 def ranking_url(base_url: str, slug: str) -> str:
