@@ -38,8 +38,8 @@ def channel(queue_name: str) -> str:
 class Wakeups:
     """Per queue, an event set when the queue's channel says work arrived.
 
-    The listener thread starts on the first :meth:`wait`, in the process that waits: a worker
-    process forked after the broker was built gets its own.
+    The listener thread starts on the first :meth:`wait` in each process: a worker process
+    forked after the broker was built gets its own.
     """
 
     def __init__(self, url: str, queue_names: Iterable[str]) -> None:
@@ -47,8 +47,7 @@ class Wakeups:
         self.queue_names = tuple(queue_names)
         self._events = {name: threading.Event() for name in self.queue_names}
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        os.register_at_fork(after_in_child=self._forget_thread)
+        self._listening_pid: int | None = None  # a forked child does not inherit the thread
 
     def wait(self, queue_name: str, timeout_s: float) -> bool:
         """Block until work is announced on ``queue_name`` or ``timeout_s`` passed; True if announced."""
@@ -61,15 +60,11 @@ class Wakeups:
         return announced
 
     def _listen(self) -> None:
-        if self._thread is None:
+        if self._listening_pid != os.getpid():
             with self._lock:
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._run, name="wakeup-listener", daemon=True)
-                    self._thread.start()
-
-    def _forget_thread(self) -> None:
-        self._thread = None
-        self._lock = threading.Lock()
+                if self._listening_pid != os.getpid():
+                    threading.Thread(target=self._run, name="wakeup-listener", daemon=True).start()
+                    self._listening_pid = os.getpid()
 
     def _run(self) -> None:
         prefix = len(CHANNEL_PREFIX)
