@@ -135,6 +135,25 @@ def test_the_report_shows_the_spread_of_rounds_and_warns_when_the_machine_drifte
     assert "WARNING: the loop's CPU per page varied x3.1" in _spread(drifted)[-1]
 
 
+def test_ratios_pair_the_contenders_of_each_round():
+    from pipeline.bench.runner import Contender, ProfileResult  # noqa: PLC0415
+
+    loop, pool = Contender("loop", 2, 32), Contender("workerpool", 2, 32)
+
+    def run(pps: float, ok: bool = True) -> dict:
+        return {"pages_per_s": pps, "verified": {"ok": ok}}
+
+    result = ProfileResult({}, [loop, pool])
+    # The machine slowed after round 1; round 4's WorkerPool run failed its verification.
+    result.runs = {
+        loop.name: [run(1000), run(400), run(500), run(1000)],
+        pool.name: [run(600), run(240), run(250), run(100, ok=False)],
+    }
+    # Each round's ratio: 0.6, 0.6, 0.5 (round 4 left out). A ratio of the medians (250 / 750)
+    # would be 0.33, the machine's drift taken for WorkerPool's.
+    assert result.paired_ratio(pool.name, loop.name, "pages_per_s") == 0.6
+
+
 def test_quick_benchmark_runs_every_contender_and_verifies(tmp_path: Path):
     out = tmp_path / "bench.json"
     result = run_command(

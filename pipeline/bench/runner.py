@@ -3,10 +3,11 @@
 One round runs every contender once (the aiohttp loop first, then in the clean profile the plain
 Dramatiq + requests actor of :mod:`.plain`, then each WorkerPool configuration), so slow drift of
 the machine hits all of them alike; figures are medians over the rounds, and WorkerPool's are
-given as ratios to the loop's and the plain actor's. Every WorkerPool or plain run gets a fresh
-embedded Redis and fresh ``dramatiq`` worker processes (started and idle before the clock starts);
-WorkerPool's clock runs from the enqueue of the first country to the summary being written, the
-plain actor's from the enqueue of the first page to the last message acknowledged.
+given as ratios to the loop's and the plain actor's: the median of each round's ratio. Every
+WorkerPool or plain run gets a fresh embedded Redis and fresh ``dramatiq`` worker processes
+(started and idle before the clock starts); WorkerPool's clock runs from the enqueue of the first
+country to the summary being written, the plain actor's from the enqueue of the first page to the
+last message acknowledged.
 """
 
 from __future__ import annotations
@@ -99,6 +100,21 @@ class ProfileResult:
             k for r in runs for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
         }
         return {k: round(statistics.median(r[k] for r in runs if k in r), 4) for k in sorted(keys)}
+
+    def paired_ratio(self, name: str, base: str, key: str, base_key: str | None = None) -> float | None:
+        """The median over the rounds of ``name``'s figure divided by ``base``'s in the same round.
+
+        The contenders of a round run back to back, so each round's ratio sees one state of the
+        machine; a ratio of medians would mix rounds run seconds or minutes apart, and the
+        machines drift (the loop's CPU per page varied 3x between rounds here).
+        """
+        ratios = [
+            run[key] / other[base_key or key]
+            for run, other in zip(self.runs.get(name, []), self.runs.get(base, []), strict=False)
+            if run.get("verified", {}).get("ok") and other.get("verified", {}).get("ok")
+            and run.get(key) is not None and other.get(base_key or key)
+        ]  # fmt: skip
+        return round(statistics.median(ratios), 3) if ratios else None
 
 
 def scaling_configs(processes: int, threads: int) -> list[tuple[int, int]]:
@@ -448,7 +464,6 @@ def compare(results: dict[str, ProfileResult]) -> tuple[dict[str, Any], list[dic
         base = result.medians(loop.name)
         rows: dict[str, Any] = {loop.name: {"median": base}}
         plain = next((c for c in result.contenders if c.kind == "plain"), None)
-        plain_med = result.medians(plain.name) if plain else {}
         # The plain actor keeps no record of why a page failed: not part of "same failures".
         digests = {
             r.get("outcomes_digest")
@@ -461,17 +476,20 @@ def compare(results: dict[str, ProfileResult]) -> tuple[dict[str, Any], list[dic
                 continue
             med = result.medians(contender.name)
             ratios = {
-                "pages_per_s": _ratio(med.get("pages_per_s"), base.get("pages_per_s")),
-                "wall_s": _ratio(med.get("wall_s"), base.get("wall_s")),
-                "cpu_crawler_per_1k": _ratio(med.get("cpu_crawler_per_1k"), base.get("cpu_crawler_per_1k")),
-                "cpu_total_per_1k": _ratio(med.get("cpu_total_per_1k"), base.get("cpu_crawler_per_1k")),
+                key: result.paired_ratio(contender.name, loop.name, key, base_key)
+                for key, base_key in (
+                    ("pages_per_s", "pages_per_s"),
+                    ("wall_s", "wall_s"),
+                    ("cpu_crawler_per_1k", "cpu_crawler_per_1k"),
+                    ("cpu_total_per_1k", "cpu_crawler_per_1k"),
+                )
             }
             rows[contender.name] = {"median": med, "ratio_to_loop": ratios}
             if contender.kind != "workerpool":
                 continue  # the issue's targets are WorkerPool's
             if plain:
                 rows[contender.name]["ratio_to_plain"] = {
-                    key: _ratio(med.get(key), plain_med.get(key))
+                    key: result.paired_ratio(contender.name, plain.name, key)
                     for key in ("pages_per_s", "cpu_crawler_per_1k", "cpu_total_per_1k")
                 }
             main = contender.in_flight == loop.in_flight and (contender.processes, contender.threads) == (
@@ -518,16 +536,14 @@ def compare(results: dict[str, ProfileResult]) -> tuple[dict[str, Any], list[dic
 
 def _scaling(result: ProfileResult) -> list[dict[str, Any]]:
     pool = sorted((c for c in result.contenders if c.kind == "workerpool"), key=lambda c: c.processes)
-    first = result.medians(pool[0].name).get("pages_per_s")
-    out = []
-    for c in pool:
-        pps = result.medians(c.name).get("pages_per_s")
-        out.append({"config": c.name, "pages_per_s": pps, "vs_first": _ratio(pps, first)})
-    return out
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 3) if a is not None and b else None
+    return [
+        {
+            "config": c.name,
+            "pages_per_s": result.medians(c.name).get("pages_per_s"),
+            "vs_first": result.paired_ratio(c.name, pool[0].name, "pages_per_s"),
+        }
+        for c in pool
+    ]
 
 
 def _target(
@@ -569,7 +585,8 @@ def render(results: dict[str, ProfileResult], report: dict[str, Any], targets: l
             f"failures {w['failures'] or 'none'}, keep-alive {'on' if w['keep_alive'] else 'off'}",
             "   medians of verified runs; CPU in CPU-seconds per 1,000 pages; 'crawler' = the loop's "
             "process or all worker processes,",
-            f"   'master' = WorkerPool's master{feeder}; 'all' = crawler + master + redis",
+            f"   'master' = WorkerPool's master{feeder}; 'all' = crawler + master + redis;",
+            "   ratios: the median of each round's ratio (a round runs its contenders back to back)",
         ]
         width = max(22, *(len(c.name) + 2 for c in result.contenders))
         columns = [(label, key, max(9, len(label) + 2)) for label, key in _COLUMNS]
