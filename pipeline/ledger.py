@@ -364,7 +364,11 @@ class RunLedger:
         return Snapshot(self.run_id, meta, countries, counts, discovered)
 
     def outcomes(self) -> dict[str, dict[str, Any]]:
-        return {k: json.loads(v) for k, v in self.client.hgetall(self.k_outcomes).items()}
+        return {k: json.loads(v) for k, v in self.outcome_lines().items()}
+
+    def outcome_lines(self) -> dict[str, str]:
+        """Job key -> its outcome as JSON, undecoded: the job's line of the manifest."""
+        return self.client.hgetall(self.k_outcomes)
 
     def jobs(self) -> dict[str, dict[str, Any]]:
         return {k: json.loads(v) for k, v in self.client.hgetall(self.k_jobs).items()}

