@@ -61,14 +61,13 @@ _ENQUEUE_PATIENCE_S = 30
 _RUN_ID = re.compile(rb"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{4,12}")
 
 # KEYS: acks, msgs.  ARGV: the payload, or a string in it; 'exact' or 'contains'.
-# Takes one message this process fetched out of the queue and returns {redis id, payload}.
-_TAKE_FROM_ACKS = """
+# Finds one message this process fetched and returns {redis id, payload}. It is taken out of the
+# queue in the same transaction that writes its quarantine record (WorkerPoolBroker.quarantine).
+_FIND_IN_ACKS = """
 for _, id in ipairs(redis.call('smembers', KEYS[1])) do
   local data = redis.call('hget', KEYS[2], id)
   if data and ((ARGV[2] == 'exact' and data == ARGV[1])
                or (ARGV[2] == 'contains' and string.find(data, ARGV[1], 1, true))) then
-    redis.call('srem', KEYS[1], id)
-    redis.call('hdel', KEYS[2], id)
     return {id, data}
   end
 end
@@ -315,12 +314,13 @@ class WorkerPoolBroker(RedisBroker):
         The message is one this process fetched: found in its acks set by its exact ``raw``
         payload, or, when only the decoded message is at hand, by its ``message_id``.
         """
-        keys = [f"{NAMESPACE}:__acks__.{self.broker_id}.{queue_name}", f"{NAMESPACE}:{queue_name}.msgs"]
+        acks, msgs = f"{NAMESPACE}:__acks__.{self.broker_id}.{queue_name}", f"{NAMESPACE}:{queue_name}.msgs"
         needle, mode = (raw, "exact") if raw is not None else (message_id or "", "contains")
-        found = script(self.client, _TAKE_FROM_ACKS)(keys, [needle, mode])
+        found = script(self.client, _FIND_IN_ACKS)([acks, msgs], [needle, mode])
         if raw is None:
             raw = found[1] if found else b""
-        record_id = uuid.uuid4().hex
+        # Named after the message: one that comes back (the transaction below failed) keeps one record.
+        record_id = found[0].decode() if found else uuid.uuid4().hex
         match = _RUN_ID.search(raw[:4096])
         run_id = match.group().decode() if match else None
         try:
@@ -338,9 +338,14 @@ class WorkerPoolBroker(RedisBroker):
             "raw_encoding": encoding,
             "bytes": len(raw),
         }
-        with self.client.pipeline() as pipe:
+        # One transaction: a Redis restart between taking the message out of the queue and
+        # writing its record lost the message (the chaos test caught it).
+        with self.client.pipeline(transaction=True) as pipe:
             pipe.hset(QUARANTINE_MSGS, record_id, json.dumps(record))
             pipe.zadd(QUARANTINE, {record_id: record["at"]})
+            if found:
+                pipe.srem(acks, found[0])
+                pipe.hdel(msgs, found[0])
             pipe.execute()
         if run_id:
             self.ledger(run_id).reject(record_id, {k: v for k, v in record.items() if k != "raw"})
