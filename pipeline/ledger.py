@@ -115,6 +115,15 @@ return 1
 """
 
 
+# KEYS: meta, claim.  ARGV: token, ttl s.  The right to write the summary, unless it is written.
+# One script: checked apart, a writer could finish and let go between another's check and claim,
+# and the summary was written twice (the chaos test caught it).
+_CLAIM_SUMMARY = """
+if redis.call('hget', KEYS[1], 'status') == 'finished' then return 0 end
+if redis.call('set', KEYS[2], ARGV[1], 'NX', 'EX', ARGV[2]) then return 1 end
+return 0
+"""
+
 # KEYS: claim.  ARGV: owner prefix.  Compare-and-delete, so a newer claim is never dropped.
 _DROP_CLAIM = """
 local token = redis.call('get', KEYS[1])
@@ -301,10 +310,9 @@ class RunLedger:
         ``owner`` (the worker's broker id) goes into the claim, so that the reaper can drop the
         claim of a worker that died while writing instead of waiting ``ttl_s`` for it to lapse.
         """
-        if self.client.hget(self.k_meta, "status") == "finished":
-            return None
         token = f"{owner}/{uuid.uuid4().hex}" if owner else uuid.uuid4().hex
-        return token if self.client.set(self.k_summary_claim, token, nx=True, ex=ttl_s) else None
+        claimed = script(self.client, _CLAIM_SUMMARY)([self.k_meta, self.k_summary_claim], [token, ttl_s])
+        return token if claimed == 1 else None
 
     def needs_summary(self) -> bool:
         """Complete and not finished: four small reads, where :meth:`snapshot` decodes everything."""
