@@ -88,7 +88,7 @@ for _, id in ipairs(redis.call('smembers', KEYS[1])) do
     end
   end
 end
-if n > 0 then redis.call('publish', ARGV[1], '') end
+if n > 0 then redis.pcall('publish', ARGV[1], '') end
 return n
 """
 
@@ -116,13 +116,14 @@ return 1
 # KEYS: heartbeats.  ARGV: now ms, broker id, namespace, wake-up channel prefix, then
 # (queue, redis id, payload) triples.
 # Dramatiq's "enqueue" dispatch for one or many messages, announcing each queue it makes
-# non-empty to idle consumers (pipeline.wakeup).
+# non-empty to idle consumers (pipeline.wakeup). Announcements use pcall here and below: a Redis
+# user without pub/sub rights (ACL) still enqueues, and its workers poll.
 _ENQUEUE = """
 redis.call('zadd', KEYS[1], ARGV[1], ARGV[2])
 for i = 5, #ARGV, 3 do
   local queue = ARGV[3] .. ':' .. ARGV[i]
   redis.call('hset', queue .. '.msgs', ARGV[i + 1], ARGV[i + 2])
-  if redis.call('rpush', queue, ARGV[i + 1]) == 1 then redis.call('publish', ARGV[4] .. ARGV[i], '') end
+  if redis.call('rpush', queue, ARGV[i + 1]) == 1 then redis.pcall('publish', ARGV[4] .. ARGV[i], '') end
 end
 return (#ARGV - 4) / 3
 """
@@ -146,7 +147,7 @@ for _, worker in ipairs(dead) do
         moved = moved + 1
       end
     end
-    if moved > before then redis.call('publish', ARGV[3] .. ARGV[i], '') end
+    if moved > before then redis.pcall('publish', ARGV[3] .. ARGV[i], '') end
     redis.call('del', acks)
   end
   redis.call('zrem', KEYS[1], worker)

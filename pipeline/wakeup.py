@@ -81,6 +81,12 @@ class Wakeups:
                         event = self._events.get(message["channel"][prefix:].decode())
                         if event is not None:
                             event.set()
+            except redis.exceptions.NoPermissionError as e:
+                logger.warning(
+                    "no wake-ups: this Redis user may not subscribe; idle workers poll instead",
+                    extra={"error": str(e), "hint": "grant the channels wp:wake:* (ACL &wp:wake:*)"},
+                )
+                return
             except (redis.RedisError, OSError) as e:
                 logger.debug("wake-up listener lost Redis, listening again soon", extra={"error": repr(e)})
             finally:

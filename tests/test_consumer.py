@@ -185,3 +185,41 @@ def test_idle_consumers_still_wake_after_a_redis_restart(broker, redis_server):
     assert not thread.is_alive(), "no wake-up after Redis restarted"
     assert got[-1][0].args == (2,)
     first.close()
+
+
+def test_a_redis_user_without_pub_sub_rights_still_enqueues_and_polls(redis_server, tmp_path, caplog):
+    # Managed Redis often hands out ACL users with no channel rights (Redis 7's default for new
+    # users): announcing work must never make an enqueue fail, and workers fall back to polling.
+    redis_server.client().execute_command(
+        "ACL", "SETUSER", "nopubsub", "on", ">pw", "~*", "resetchannels", "+@all"
+    )
+    url = f"redis://nopubsub:pw@127.0.0.1:{redis_server.port}/0"
+    broker = build_broker(make_settings(redis_url=url, output_dir=tmp_path))
+    try:
+
+        @dramatiq.actor(broker=broker, queue_name="fetch", schema=no_schema_check)
+        def work(i: int) -> None:
+            pass
+
+        work.send(1)  # one enqueue, announced: the PUBLISH inside the script is refused
+        with broker.batched_enqueues():
+            work.send(2)
+        assert broker.ledger_client.llen("dramatiq:fetch") == 2
+
+        consumer = broker.consume("fetch", prefetch=2, timeout=200)
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 2 and time.monotonic() < deadline:
+            if (message := next(consumer)) is not None:
+                got.append(message.args[0])
+        consumer.close()
+        assert sorted(got) == [1, 2]
+        consumer = broker.consume("fetch", prefetch=2, timeout=200)
+        assert next(consumer) is None  # idle: waits (the listener is refused), then polls
+        deadline = time.monotonic() + 5
+        while "no wake-ups" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "no wake-ups: this Redis user may not subscribe" in caplog.text
+        consumer.close()
+    finally:
+        broker.close()
