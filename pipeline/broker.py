@@ -48,6 +48,7 @@ logger = logging.getLogger("pipeline.broker")
 NAMESPACE = "dramatiq"
 #: The queues of the three actors, in the order of the data flow.
 QUEUES = ("discover", "fetch", "summary")
+HEARTBEATS = f"{NAMESPACE}:__heartbeats__"
 QUARANTINE = "wp:quarantine"
 QUARANTINE_MSGS = "wp:quarantine:msgs"
 _CONNECTION_ERRORS = (
@@ -216,6 +217,19 @@ class WorkerPoolBroker(RedisBroker):
         self._batch = threading.local()
         #: redis message id -> (barrier key, callbacks, ttl ms) of a group member to count at its ack
         self.barriers_at_ack: dict[str, tuple[str, list[dict], int]] = {}
+        self._keys_by_queue: dict[str, tuple[str, str, str]] = {}
+
+    def _keys(self, queue_name: str) -> tuple[str, str, str]:
+        """Dramatiq's keys of a queue for this process: (its acks set, the queue, its messages hash).
+
+        Built once per queue: the ack of every page uses them.
+        """
+        keys = self._keys_by_queue.get(queue_name)
+        if keys is None:
+            queue = f"{NAMESPACE}:{queue_name}"
+            acks = f"{NAMESPACE}:__acks__.{self.broker_id}.{queue_name}"
+            keys = self._keys_by_queue[queue_name] = (acks, queue, queue + ".msgs")
+        return keys
 
     @property
     def consumer_class(self) -> type[GuardedConsumer]:
@@ -273,9 +287,8 @@ class WorkerPoolBroker(RedisBroker):
 
     def _push(self, triples: list[str | bytes]) -> None:
         """Enqueue (queue, redis id, payload) triples in one round trip."""
-        keys = [f"{NAMESPACE}:__heartbeats__"]
         args = [now_ms(), self.broker_id, NAMESPACE, wakeup.CHANNEL_PREFIX, *triples]
-        script(self.client, _ENQUEUE)(keys, args)
+        script(self.client, _ENQUEUE)([HEARTBEATS], args)
 
     def discovery_pipeline(self, run_id: str, country: str) -> dramatiq.pipeline:
         """discover_country, then summarize: a country whose discovery fails, or that has no
@@ -315,7 +328,7 @@ class WorkerPoolBroker(RedisBroker):
         The message is one this process fetched: found in its acks set by its exact ``raw``
         payload, or, when only the decoded message is at hand, by its ``message_id``.
         """
-        acks, msgs = f"{NAMESPACE}:__acks__.{self.broker_id}.{queue_name}", f"{NAMESPACE}:{queue_name}.msgs"
+        acks, _, msgs = self._keys(queue_name)
         needle, mode = (raw, "exact") if raw is not None else (message_id or "", "contains")
         found = script(self.client, _FIND_IN_ACKS)([acks, msgs], [needle, mode])
         if raw is None:
@@ -360,12 +373,8 @@ class WorkerPoolBroker(RedisBroker):
         """Ack a message this process fetched, clear its poison-guard delivery count, and count it
         in its group's barrier (noted by GroupCallbacksAtAck), enqueueing the group's callbacks
         when it was the last member."""
-        keys = [
-            f"{NAMESPACE}:__heartbeats__",
-            f"{NAMESPACE}:__acks__.{self.broker_id}.{queue_name}",
-            f"{NAMESPACE}:{queue_name}.msgs",
-            DELIVERIES,
-        ]
+        acks, _, msgs = self._keys(queue_name)
+        keys = [HEARTBEATS, acks, msgs, DELIVERIES]
         args: list[object] = [now_ms(), self.broker_id, redis_message_id, message_id]
         group = self.barriers_at_ack.pop(redis_message_id, None)
         if group is not None:
@@ -377,11 +386,7 @@ class WorkerPoolBroker(RedisBroker):
                 self.enqueue(dramatiq.Message(**callback))
 
     def requeue_stranded(self, queue_name: str, keep: set[str]) -> int:
-        keys = [
-            f"{NAMESPACE}:__acks__.{self.broker_id}.{queue_name}",
-            f"{NAMESPACE}:{queue_name}",
-            f"{NAMESPACE}:{queue_name}.msgs",
-        ]
+        keys = list(self._keys(queue_name))
         return int(script(self.client, _REQUEUE_STRANDED)(keys, [wakeup.channel(queue_name), *keep]))
 
     def reclaim_dead_workers(self) -> tuple[int, int]:
@@ -391,7 +396,7 @@ class WorkerPoolBroker(RedisBroker):
         """
         cutoff = now_ms() - self.heartbeat_timeout
         dead, moved = script(self.client, _RECLAIM)(
-            [f"{NAMESPACE}:__heartbeats__"],
+            [HEARTBEATS],
             [NAMESPACE, cutoff, wakeup.CHANNEL_PREFIX, *self.all_queue_names()],
         )
         return int(dead), int(moved)

@@ -7,7 +7,9 @@ the kernel sends them SIGTERM, a graceful stop for both, when their parent dies.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
 import signal
 
 
@@ -21,6 +23,12 @@ def _load_prctl():
 #: Looked up at import: between fork and exec, only the call itself runs.
 _prctl = _load_prctl()
 _PR_SET_PDEATHSIG = 1
+
+
+def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    """Signal the process group led by ``pid`` (a child started in its own session), if it is left."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
 
 
 def stop_with_parent() -> None:

@@ -109,9 +109,8 @@ class GuardedConsumer(_RedisConsumer):
             with self.held.lock:
                 self.held.lost_connection.add(self.queue_name)
             raise
-        if proxy is None:
-            if self.misses and not self.message_cache:  # the queue was empty
-                self._idle()
+        if proxy is None:  # it fetched (the check above left room) and found the queue empty
+            self._idle()
             return None
         if "redis_message_id" not in proxy.options:
             # Not enqueued by Dramatiq: without its Redis id it could never be acked.

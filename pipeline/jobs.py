@@ -88,6 +88,12 @@ def job_key(country: str, rank: int) -> str:
     return f"{country}/{rank:02d}"
 
 
+def split_job_key(key: str) -> tuple[str, int]:
+    """(country, rank) of a :func:`job_key`."""
+    country, _, rank = key.rpartition("/")
+    return country, int(rank)
+
+
 def check_path(path: Any, run_id: str) -> str:
     """Relative, normalised and inside the run's folder; symlinks are checked when writing."""
     if not isinstance(path, str) or not path or len(path) > 512 or "\x00" in path or "\\" in path:

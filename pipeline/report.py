@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .jobs import split_job_key
 from .ledger import OUTCOMES, Snapshot
 from .storage import atomic_write, write_json_atomic, write_text_atomic
 
@@ -32,8 +33,8 @@ def manifest_order(countries: list[str], keys: Iterable[str]) -> list[str]:
     order = {slug: i for i, slug in enumerate(countries)}
 
     def position(key: str) -> tuple[int, str, int]:
-        country, _, rank = key.rpartition("/")
-        return order.get(country, len(order)), country, int(rank)
+        country, rank = split_job_key(key)
+        return order.get(country, len(order)), country, rank
 
     return sorted(keys, key=position)
 

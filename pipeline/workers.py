@@ -11,7 +11,6 @@ unfinished messages come back through the watchdog of the surviving workers.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -23,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import logs
-from .children import stop_with_parent
+from .children import kill_group, stop_with_parent
 from .cli import Parser, add_common_arguments, run, settings_from
 from .errors import UsageError
 from .settings import Settings
@@ -131,7 +130,7 @@ class WorkerFleet:
                         )  # fmt: skip
                     if now < self._not_before[i]:
                         continue
-                    _kill_group(proc.pid)  # its children, if the main process died alone
+                    kill_group(proc.pid)  # its children, if the main process died alone
                     self._not_before[i] = 0.0
                     self.procs[i] = self._spawn(i)
                     self.restarts += 1
@@ -153,12 +152,12 @@ class WorkerFleet:
                     proc.wait(max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     logger.warning("worker did not stop in time; killing it", extra={"pid": proc.pid})
-                _kill_group(proc.pid)
+                kill_group(proc.pid)
                 proc.wait()
         except BaseException:  # an interrupt cut the grace short: no worker outlives its fleet
             for proc in procs:
                 if proc.returncode is None:
-                    _kill_group(proc.pid)
+                    kill_group(proc.pid)
                     proc.wait()
             raise
 
@@ -167,11 +166,6 @@ class WorkerFleet:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 def main() -> int:

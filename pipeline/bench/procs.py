@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil
 
-from ..children import stop_with_parent
+from ..children import kill_group, stop_with_parent
 
 # --- the child's side -----------------------------------------------------------------------------
 
@@ -141,11 +141,6 @@ class Child:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def kill_group(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
 
 
 # --- accounting ----------------------------------------------------------------------------------
