@@ -191,6 +191,18 @@ def test_quick_benchmark_runs_every_contender_and_verifies(tmp_path: Path):
     }  # fmt: skip
     assert all(v > 0 for v in clean["workerpool 2x8"]["ratio_to_plain"].values())
     assert "workerpool 2x8 / plain: pages/s x" in result.stdout
+    # The download floor: WorkerPool's download alone, clean profile only, every page saved as served.
+    floor_name = "download floor 2x8"
+    assert floor_name not in report["profiles"]["realistic"]["runs"]
+    (floor_run,) = clean["runs"][floor_name]
+    assert floor_run["verified"] == {"ok": True, "problems": [], "saved": 200, "failed": 0}
+    assert floor_run["site_requests"] == 200
+    floor = clean[floor_name]["median"]
+    assert floor["pages_per_s"] > 0 and floor["peak_rss_mb"] > 0
+    # Its CPU counts its forked worker processes: far more than the idle parent alone could spend.
+    assert floor["cpu_crawler_per_1k"] > 0.2, floor
+    assert all(v > 0 for v in clean["workerpool 2x8"]["ratio_to_floor"].values())
+    assert "workerpool 2x8 / floor: pages/s x" in result.stdout
     targets = {(t["profile"], t["target"]) for t in report["targets"]}
     assert ("realistic", "same pages saved, same failures") in targets
     assert next(t for t in report["targets"] if t["target"] == "same pages saved, same failures")["ok"]

@@ -1,12 +1,13 @@
 """``python -m pipeline.bench``: measure WorkerPool against a bare aiohttp loop on a simulated web.
 
 Starts a simulated web on 127.0.0.1 (its own process), then per profile runs rounds of: the aiohttp
-loop, in the clean profile the plain Dramatiq + requests actor the issue quotes (its own Redis and
-``dramatiq`` processes), then WorkerPool (embedded Redis, ``dramatiq`` worker processes, the
-master's enqueue) on the same jobs. Prints pages/s, CPU-seconds per 1,000 pages (crawler, master,
-Redis, web apart), peak RSS per worker process, Redis commands per page and wall time, as medians
-and as ratios to the loop and to the plain actor, then the issue's targets. Every run's files are
-verified against what the web served.
+loop; in the clean profile the download floor (WorkerPool's download function in bare threads, no
+pipeline) and the plain Dramatiq + requests actor the issue quotes (its own Redis and ``dramatiq``
+processes); then WorkerPool (embedded Redis, ``dramatiq`` worker processes, the master's enqueue)
+on the same jobs. Prints pages/s, CPU-seconds per 1,000 pages (crawler, master, Redis, web apart),
+peak RSS per worker process, Redis commands per page and wall time, as medians and as ratios to
+the loop, the floor and the plain actor, then the issue's targets. Every run's files are verified
+against what the web served.
 
 Exit status: 0 when every run finished and verified, 1 when one did not, 3 with ``--strict`` when
 a target was missed, 4 when ``--max-seconds`` ran out, 130 when interrupted.

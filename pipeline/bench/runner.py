@@ -1,9 +1,10 @@
 """Runs the contenders in turn against the simulated web, measures them, verifies them, compares.
 
-One round runs every contender once (the aiohttp loop first, then in the clean profile the plain
-Dramatiq + requests actor of :mod:`.plain`, then each WorkerPool configuration), so slow drift of
-the machine hits all of them alike; figures are medians over the rounds, and WorkerPool's are
-given as ratios to the loop's and the plain actor's: the median of each round's ratio. Every
+One round runs every contender once (the aiohttp loop first, then in the clean profile the
+download floor of :mod:`.floor` and the plain Dramatiq + requests actor of :mod:`.plain`, then each
+WorkerPool configuration), so slow drift of the machine hits all of them alike; figures are
+medians over the rounds, and WorkerPool's are given as ratios to the loop's, the floor's and the
+plain actor's: the median of each round's ratio. Every
 WorkerPool or plain run gets a fresh embedded Redis and fresh ``dramatiq`` worker processes
 (started and idle before the clock starts); WorkerPool's clock runs from the enqueue of the first
 country to the summary being written, the plain actor's from the enqueue of the first page to the
@@ -52,7 +53,7 @@ class BenchTimeout(Exception):
 
 @dataclass(frozen=True)
 class Contender:
-    kind: str  # "loop", "plain" or "workerpool"
+    kind: str  # "loop", "floor", "plain" or "workerpool"
     processes: int
     threads: int
 
@@ -64,6 +65,8 @@ class Contender:
     def name(self) -> str:
         if self.kind == "loop":
             return f"aiohttp loop x{self.in_flight}"
+        if self.kind == "floor":
+            return f"download floor {self.processes}x{self.threads}"
         if self.kind == "plain":
             return f"plain dramatiq+requests {self.processes}x{self.threads}"
         return f"workerpool {self.processes}x{self.threads}"
@@ -101,7 +104,7 @@ class ProfileResult:
         }
         return {k: round(statistics.median(r[k] for r in runs if k in r), 4) for k in sorted(keys)}
 
-    def paired_ratio(self, name: str, base: str, key: str, base_key: str | None = None) -> float | None:
+    def paired_ratio(self, name: str, base: str, key: str) -> float | None:
         """The median over the rounds of ``name``'s figure divided by ``base``'s in the same round.
 
         The contenders of a round run back to back, so each round's ratio sees one state of the
@@ -109,10 +112,10 @@ class ProfileResult:
         machines drift (the loop's CPU per page varied 3x between rounds here).
         """
         ratios = [
-            run[key] / other[base_key or key]
+            run[key] / other[key]
             for run, other in zip(self.runs.get(name, []), self.runs.get(base, []), strict=False)
             if run.get("verified", {}).get("ok") and other.get("verified", {}).get("ok")
-            and run.get(key) is not None and other.get(base_key or key)
+            and run.get(key) is not None and other.get(key)
         ]  # fmt: skip
         return round(statistics.median(ratios), 3) if ratios else None
 
@@ -154,6 +157,9 @@ class Bench:
             main = (self.o.processes, self.o.threads)
             configs = scaling_configs(*main) if self.o.scaling and profile == "clean" else [main]
             contenders = [Contender("loop", *main)]
+            if profile == "clean":
+                # Not in the realistic profile: it does not retry, and keeps no record of failures.
+                contenders.append(Contender("floor", *main))
             if self.o.plain and profile == "clean":
                 # Not in the realistic profile: its failure handling is Dramatiq's bare retries, and
                 # no record of which page failed why is there to compare.
@@ -180,7 +186,12 @@ class Bench:
 
     def _one_run(self, world: World, web_url: str, contender: Contender, run_dir: Path) -> dict[str, Any]:
         self.http.post(f"{web_url}/_bench/reset", timeout=10).raise_for_status()
-        runs = {"loop": self._loop_run, "plain": self._plain_run, "workerpool": self._workerpool_run}
+        runs = {
+            "loop": self._loop_run,
+            "floor": self._floor_run,
+            "plain": self._plain_run,
+            "workerpool": self._workerpool_run,
+        }
         try:
             figures = runs[contender.kind](world, web_url, contender, run_dir)
         except (ChildFailed, redis.RedisError, OSError, ValueError, KeyError) as e:
@@ -218,37 +229,59 @@ class Bench:
         """The environment of a contender's processes: these settings and nothing from a ``.env``."""
         return {**os.environ, **settings.to_environ(), "WORKERPOOL_ENV_FILE": os.devnull}
 
-    # --- the yardstick ------------------------------------------------------------------------------
+    # --- the yardstick and the download floor: one process each, no Redis ----------------------------
 
     def _loop_run(self, world: World, web_url: str, contender: Contender, run_dir: Path) -> dict[str, Any]:
         out = run_dir / "out"
-        env = self.child_env(self.settings(web_url, out))
         command = [
             sys.executable, "-m", "pipeline.bench.yardstick", *world.cli_args(),
             "--out", str(out), "--concurrency", str(contender.in_flight),
         ]  # fmt: skip
+        done, figures = self._solo(web_url, out, "loop", command, run_dir)
+        figures.update(_verified(world, read_manifest(Path(done["manifest"])), out))
+        return figures
+
+    def _floor_run(self, world: World, web_url: str, contender: Contender, run_dir: Path) -> dict[str, Any]:
+        out = run_dir / "out"
+        command = [
+            sys.executable, "-m", "pipeline.bench.floor", *world.cli_args(), "--out", str(out),
+            "--processes", str(contender.processes), "--threads", str(contender.threads),
+        ]  # fmt: skip
+        done, figures = self._solo(web_url, out, "floor", command, run_dir)
+        figures.update(_verified(world, records_from_files(world, out, done["run_id"]), out))
+        return figures
+
+    def _solo(
+        self, web_url: str, out: Path, name: str, command: list[str], run_dir: Path
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Time a crawler child that needs no Redis, its forked processes included.
+
+        Returns its DONE payload and its figures: rates, CPU per 1,000 pages of the crawler and the
+        web, peak RSS of its busiest process.
+        """
+        env = self.child_env(self.settings(web_url, out))
         with (
             ProcessMeter() as meter,
-            Child("yardstick", command, env=env, log_path=run_dir / "loop.log") as loop,
+            Child(name, command, env=env, log_path=run_dir / f"{name}.log") as crawler,
         ):
             meter.watch("web", self.web_pid, children=False)
-            loop.expect("READY", self.remaining(60))
-            meter.watch("loop", loop.pid, children=False)
+            crawler.expect("READY", self.remaining(60))
+            meter.watch("crawler", crawler.pid)
             before = meter.snapshot()
-            loop.go()
-            done = loop.expect("DONE", self.remaining(self.o.run_timeout))
+            crawler.go()
+            done = crawler.expect("DONE", self.remaining(self.o.run_timeout))
             after = meter.snapshot()
         pages = done["pages"]
         figures = _rates(pages, done["wall_s"])
         cpu = {
-            "crawler": meter.cpu_between(before, after, "loop"),
+            "crawler": meter.cpu_between(before, after, "crawler"),
             "web": meter.cpu_between(before, after, "web"),
         }
         figures.update(_per_1k(cpu, pages))
+        figures["cpu_total_per_1k"] = figures["cpu_crawler_per_1k"]  # no master, no Redis
         figures["foreign_cpu_pct"] = meter.foreign_load(before, after)
-        figures["peak_rss_mb"] = round(max(meter.peak_rss("loop")) / MB, 1)
-        figures.update(_verified(world, read_manifest(Path(done["manifest"])), out))
-        return figures
+        figures["peak_rss_mb"] = round(max(meter.peak_rss("crawler")) / MB, 1)
+        return done, figures
 
     # --- the plain Dramatiq + requests actor --------------------------------------------------------
 
@@ -455,6 +488,11 @@ def machine() -> dict[str, Any]:
 # --- comparison and targets ----------------------------------------------------------------------
 
 
+#: The figures compared between contenders. A crawler without master or Redis (the loop, the floor)
+#: has its own CPU as its total.
+_RATIO_KEYS = ("pages_per_s", "wall_s", "cpu_crawler_per_1k", "cpu_total_per_1k")
+
+
 def compare(results: dict[str, ProfileResult]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Ratios to the loop and of WorkerPool to the plain actor, and the issue's targets."""
     report: dict[str, Any] = {}
@@ -464,33 +502,28 @@ def compare(results: dict[str, ProfileResult]) -> tuple[dict[str, Any], list[dic
         base = result.medians(loop.name)
         rows: dict[str, Any] = {loop.name: {"median": base}}
         plain = next((c for c in result.contenders if c.kind == "plain"), None)
-        # The plain actor keeps no record of why a page failed: not part of "same failures".
+        floor = next((c for c in result.contenders if c.kind == "floor"), None)
+        # The plain actor and the floor keep no record of why a page failed: not part of "same failures".
         digests = {
             r.get("outcomes_digest")
             for c in result.contenders
-            if c.kind != "plain"
+            if c.kind not in ("plain", "floor")
             for r in result.runs.get(c.name, [])
         }
         for contender in result.contenders:
             if contender.kind == "loop":
                 continue
             med = result.medians(contender.name)
-            ratios = {
-                key: result.paired_ratio(contender.name, loop.name, key, base_key)
-                for key, base_key in (
-                    ("pages_per_s", "pages_per_s"),
-                    ("wall_s", "wall_s"),
-                    ("cpu_crawler_per_1k", "cpu_crawler_per_1k"),
-                    ("cpu_total_per_1k", "cpu_crawler_per_1k"),
-                )
-            }
+            ratios = {key: result.paired_ratio(contender.name, loop.name, key) for key in _RATIO_KEYS}
             rows[contender.name] = {"median": med, "ratio_to_loop": ratios}
             if contender.kind != "workerpool":
                 continue  # the issue's targets are WorkerPool's
-            if plain:
-                rows[contender.name]["ratio_to_plain"] = {
-                    key: result.paired_ratio(contender.name, plain.name, key)
-                    for key in ("pages_per_s", "cpu_crawler_per_1k", "cpu_total_per_1k")
+            # To the floor: what the pipeline costs above its own downloads.
+            for base in (c for c in (plain, floor) if c):
+                rows[contender.name][f"ratio_to_{base.kind}"] = {
+                    key: result.paired_ratio(contender.name, base.name, key)
+                    for key in _RATIO_KEYS
+                    if key != "wall_s"
                 }
             main = contender.in_flight == loop.in_flight and (contender.processes, contender.threads) == (
                 loop.processes,
@@ -607,12 +640,13 @@ def render(results: dict[str, ProfileResult], report: dict[str, Any], targets: l
                     f"crawler CPU/1k x{_fmt(ratios['cpu_crawler_per_1k'])}, "
                     f"all CPU/1k x{_fmt(ratios['cpu_total_per_1k'])}"
                 )
-            if ratios := row.get("ratio_to_plain"):
-                lines.append(
-                    f"   {contender.name} / plain: pages/s x{_fmt(ratios['pages_per_s'])}, "
-                    f"crawler CPU/1k x{_fmt(ratios['cpu_crawler_per_1k'])}, "
-                    f"all CPU/1k x{_fmt(ratios['cpu_total_per_1k'])}"
-                )
+            for base in ("plain", "floor"):
+                if ratios := row.get(f"ratio_to_{base}"):
+                    lines.append(
+                        f"   {contender.name} / {base}: pages/s x{_fmt(ratios['pages_per_s'])}, "
+                        f"crawler CPU/1k x{_fmt(ratios['cpu_crawler_per_1k'])}, "
+                        f"all CPU/1k x{_fmt(ratios['cpu_total_per_1k'])}"
+                    )
         lines += _spread(result)
         for row in report[profile].get("scaling", []):
             lines.append(
