@@ -4,11 +4,10 @@ One round runs every contender once (the aiohttp loop first, then in the clean p
 download floor of :mod:`.floor` and the plain Dramatiq + requests actor of :mod:`.plain`, then each
 WorkerPool configuration), so slow drift of the machine hits all of them alike; figures are
 medians over the rounds, and WorkerPool's are given as ratios to the loop's, the floor's and the
-plain actor's: the median of each round's ratio. Every
-WorkerPool or plain run gets a fresh embedded Redis and fresh ``dramatiq`` worker processes
-(started and idle before the clock starts); WorkerPool's clock runs from the enqueue of the first
-country to the summary being written, the plain actor's from the enqueue of the first page to the
-last message acknowledged.
+plain actor's: the median of each round's ratio. Every WorkerPool or plain run gets a fresh
+embedded Redis and fresh ``dramatiq`` worker processes (started and idle before the clock
+starts); WorkerPool's clock runs from the enqueue of the first country to the summary being
+written, the plain actor's from the enqueue of the first page to the last message acknowledged.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from typing import Any
 import redis
 import requests
 
+from ..broker import HEARTBEATS
 from ..redis_server import EmbeddedRedis
 from ..settings import Settings
 from ..workers import WorkerFleet
@@ -158,12 +158,11 @@ class Bench:
             configs = scaling_configs(*main) if self.o.scaling and profile == "clean" else [main]
             contenders = [Contender("loop", *main)]
             if profile == "clean":
-                # Not in the realistic profile: it does not retry, and keeps no record of failures.
+                # Not in the realistic profile: neither keeps a record of which page failed why
+                # (nor does the floor retry), so there is nothing to compare failures with.
                 contenders.append(Contender("floor", *main))
-            if self.o.plain and profile == "clean":
-                # Not in the realistic profile: its failure handling is Dramatiq's bare retries, and
-                # no record of which page failed why is there to compare.
-                contenders.append(Contender("plain", *main))
+                if self.o.plain:
+                    contenders.append(Contender("plain", *main))
             contenders += [Contender("workerpool", p, t) for p, t in configs]
             result = self.results[profile] = ProfileResult(world.describe(), contenders)
             with self._web(world, root / profile) as web_url:
@@ -425,7 +424,7 @@ class Bench:
     ) -> None:
         """Every worker process has fetched from Redis once: they are up and idle."""
         deadline = time.monotonic() + self.remaining(90)
-        while client.zcard("dramatiq:__heartbeats__") < processes:
+        while client.zcard(HEARTBEATS) < processes:
             if time.monotonic() > deadline:
                 raise ChildFailed(f"{processes} worker processes did not start within 90 s")
             if alive is not None and not alive():
@@ -494,7 +493,7 @@ _RATIO_KEYS = ("pages_per_s", "wall_s", "cpu_crawler_per_1k", "cpu_total_per_1k"
 
 
 def compare(results: dict[str, ProfileResult]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Ratios to the loop and of WorkerPool to the plain actor, and the issue's targets."""
+    """Ratios to the loop, WorkerPool's to the floor and the plain actor, and the issue's targets."""
     report: dict[str, Any] = {}
     targets: list[dict[str, Any]] = []
     for profile, result in results.items():
@@ -518,7 +517,8 @@ def compare(results: dict[str, ProfileResult]) -> tuple[dict[str, Any], list[dic
             rows[contender.name] = {"median": med, "ratio_to_loop": ratios}
             if contender.kind != "workerpool":
                 continue  # the issue's targets are WorkerPool's
-            # To the floor: what the pipeline costs above its own downloads.
+            # To the floor: what the pipeline costs above its own downloads; to the plain actor:
+            # what WorkerPool's guarantees cost above bare Dramatiq + requests.
             for base in (c for c in (plain, floor) if c):
                 rows[contender.name][f"ratio_to_{base.kind}"] = {
                     key: result.paired_ratio(contender.name, base.name, key)

@@ -306,7 +306,7 @@ def read_manifest(path: Path) -> list[dict[str, Any]]:
 
 
 def records_from_files(world: World, root: Path, run_id: str) -> list[dict[str, Any]]:
-    """Manifest lines for a crawler that keeps none (the plain actor), made from what it left on disk.
+    """Manifest lines for a crawler that keeps none (the plain actor, the floor), made from its files.
 
     A job whose file exists is saved (at ``Job.storage_path(run_id)`` under ``root``), any other
     failed. Neither attempts nor failure reasons can be seen on disk (attempts are given as 1):

@@ -51,8 +51,8 @@ class PoisonGuard(Middleware):
     """Count deliveries that never finished; past ``redelivery_limit`` the message is poison.
 
     A worker that dies (out of memory, ``os._exit``, kill -9) runs no hook, so its message keeps
-    the count it had; every finish, success or failure, clears it (the consumer's ack or nack
-    does, in the same round trip). Retries start from zero.
+    the count it had; every finish, success or failure, clears it (the consumer's ack does, in
+    the same round trip; a nack, right after it). Retries start from zero.
     Dramatiq's Retries never sees such crashes, so without this the message loops forever.
 
     A crash takes down every message running in the process, so a count alone cannot tell the
@@ -101,7 +101,7 @@ class PoisonGuard(Middleware):
         if alone is not None:  # None: skipped before this middleware's turn came
             self.held.alone = None
             self.solo.leave(alone)
-        # The count is cleared by the message's ack or nack (pipeline.consumer), in the same round trip.
+        # The count is cleared by the message's ack or nack (pipeline.consumer).
 
     def after_process_message(self, broker, message, *, result=None, exception=None) -> None:
         self._finished(broker, message)
